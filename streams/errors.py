@@ -1,0 +1,68 @@
+"""The one exception hierarchy of the project.
+
+Every error the library raises on purpose derives from :class:`StreamsError`, so a
+caller can catch the whole family, or just the one it can act on. Messages name the
+offending field and, where there is one, the allowed range.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "StreamsError",
+    "ConfigError",
+    "InvalidIdError",
+    "ClockMovedBackwardsError",
+    "IdSpaceExhaustedError",
+    "InvalidKeyError",
+    "InvalidBucketError",
+    "RoutingMapError",
+    "SerializationError",
+    "HotKeyNoticeError",
+]
+
+
+class StreamsError(Exception):
+    """Base class of every error this package raises deliberately."""
+
+
+class ConfigError(StreamsError, ValueError):
+    """A configuration value is missing, of the wrong type, or out of range."""
+
+
+class InvalidIdError(StreamsError, ValueError):
+    """A value is not a well-formed event ID (UUIDv7 or Snowflake)."""
+
+
+class ClockMovedBackwardsError(StreamsError):
+    """The wall clock stepped back further than the generator's tolerance.
+
+    ``gap_ms`` holds how far back it moved, in milliseconds.
+    """
+
+    def __init__(self, message: str, gap_ms: int) -> None:
+        super().__init__(message)
+        self.gap_ms = gap_ms
+
+
+class IdSpaceExhaustedError(StreamsError, OverflowError):
+    """An ID layout ran out of room: its timestamp field would overflow."""
+
+
+class InvalidKeyError(StreamsError, ValueError):
+    """A routing key (dimension value) is missing, empty or of an unsupported type."""
+
+
+class InvalidBucketError(StreamsError, ValueError):
+    """A time-bucket width, grace or timestamp is not acceptable."""
+
+
+class RoutingMapError(StreamsError, ValueError):
+    """A routing map is malformed, or disagrees with the topic it routes into."""
+
+
+class SerializationError(StreamsError, ValueError):
+    """A payload could not be encoded or decoded with its schema."""
+
+
+class HotKeyNoticeError(StreamsError, ValueError):
+    """A hot-key notice from the control topic is malformed or hostile."""

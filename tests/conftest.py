@@ -1,0 +1,86 @@
+"""Shared fixtures: the real Kafka broker (started once per session) and topic helpers.
+
+``KAFKA_BOOTSTRAP`` names an existing cluster; otherwise the session starts the
+project's own single-node KRaft broker (scripts/kafka_local.py). A test that needs
+the broker fails loudly when it cannot be had; nothing here skips.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+_MARK_BY_DIR = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "faults": pytest.mark.faults}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by its folder, so ``-m unit`` / ``-m integration`` select them."""
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        if parts and parts[0] in _MARK_BY_DIR:
+            item.add_marker(_MARK_BY_DIR[parts[0]])
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """``bootstrap.servers`` of a live broker: ``$KAFKA_BOOTSTRAP`` or a local one started now."""
+    existing = os.environ.get("KAFKA_BOOTSTRAP")
+    if existing:
+        _require_reachable(existing)
+        yield existing
+        return
+    from kafka_local import LocalKafka
+
+    broker = LocalKafka()
+    try:
+        broker.start()
+    except Exception as exc:  # noqa: BLE001 - turn any start failure into a loud failure
+        pytest.fail(f"the Kafka broker needed by this test could not be started: {exc}", pytrace=False)
+    print(f"\n[kafka] local broker {broker.version} at {broker.bootstrap}, started in {broker.started_in_s:.1f} s")
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def _require_reachable(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15)
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"KAFKA_BOOTSTRAP={bootstrap} is set but the cluster does not answer: {exc}", pytrace=False)
+    if not md.brokers:
+        pytest.fail(f"KAFKA_BOOTSTRAP={bootstrap} answered with no brokers", pytrace=False)
+
+
+@pytest.fixture
+def make_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+    """Create uniquely named topics for one test; they are deleted afterwards."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    created: list[str] = []
+
+    def make(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=30)
+        futures[name].result(30)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        for fut in admin.delete_topics(created, operation_timeout=30).values():
+            try:
+                fut.result(30)
+            except Exception:  # noqa: BLE001 - cleanup only; the broker dies with the session anyway
+                pass
