@@ -17,7 +17,7 @@ EVENT = {"id": "0190a0b1-7c2d-7abc-8def-0123456789ab", "id_kind": "uuid7", "ts_m
 events = st.fixed_dictionaries({
     "id": st.text(min_size=1, max_size=40), "id_kind": st.sampled_from(["uuid7", "snowflake"]),
     "ts_ms": st.integers(0, 2**62), "key": st.text(min_size=1, max_size=50),
-    "value": st.none() | st.floats(allow_nan=False), "attributes": st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+    "value": st.none() | st.floats(allow_nan=False, allow_infinity=False), "attributes": st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
 })
 
 
