@@ -189,7 +189,9 @@ class LocalKafka:
                "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         began = time.monotonic()
-        fmt = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
+        fmt = subprocess.run([*jvm, "kafka.tools.StorageTool", "format",
+                              # "=" form: a base64 id may start with "-", which argparse takes for a flag
+                              f"--cluster-id={cluster_id}", "--config", str(config)],
                              capture_output=True, text=True)
         if fmt.returncode != 0:
             raise BrokerError(f"kafka StorageTool format failed:\n{fmt.stdout[-3000:]}{fmt.stderr[-3000:]}")
