@@ -1,0 +1,206 @@
+"""``streams topics create|describe|roll``: the project's topics, and topic-per-bucket housekeeping.
+
+The work is in :mod:`streams.topics`; this module parses flags and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from streams.buckets import TimeBuckets
+from streams.cli import (
+    HelpFormatter,
+    add_kafka_arguments,
+    duration_ms,
+    kafka_client_config,
+    positive_int,
+    print_json,
+    print_table,
+)
+from streams.config import ProducerSettings, TopicNames, WorkerSettings, load
+from streams.errors import ConfigError
+from streams.routing import BUCKET_PLACEHOLDER
+from streams.topics import describe_topics, ensure_topics, project_topic_specs, roll_bucket_topics
+
+NAME = "topics"
+_ROLES = tuple(f.name for f in dataclasses.fields(TopicNames))
+
+_EPILOG = """\
+examples:
+  streams topics create --partitions 12 --retention 7d
+  streams topics describe --json
+  streams topics describe some-topic other-topic
+  streams topics roll --template 'events.{bucket}' --bucket-width 1h --ahead 2 --retention 1d --dry-run
+
+Topic names come from the configuration (TopicNames: $STREAMS_<ROLE>, [topics] in
+$STREAMS_CONFIG) unless given with --<role>-topic. hot-keys, aggregates and
+routing-maps are compacted; the others use the delete policy.
+"""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``topics`` and its ``create``, ``describe`` and ``roll`` subcommands to ``subparsers``."""
+    parser = subparsers.add_parser(
+        NAME, help="create, describe and roll the project's topics",
+        description="Create the project's topics with the right configs, describe them, or roll "
+                    "topic-per-bucket topics (create ahead, delete expired).",
+        epilog=_EPILOG, formatter_class=HelpFormatter)
+    actions = parser.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+
+    create = actions.add_parser(
+        "create", help="create the project's topics that do not exist yet",
+        description="Create the project's topics that do not exist yet; existing ones are left as they are.",
+        epilog="example:\n  streams topics create --partitions 24 --retention 3d --events-topic my.events",
+        formatter_class=HelpFormatter)
+    add_kafka_arguments(create)
+    create.add_argument("--partitions", type=positive_int, metavar="N",
+                        help="partitions of data topics (default: 12, or $STREAMS_PARTITIONS)")
+    create.add_argument("--control-partitions", type=positive_int, default=1, metavar="N",
+                        help="partitions of control topics: sketches, hot-keys, routing-maps, bucket-closed, "
+                             "dead-letters (default: 1)")
+    create.add_argument("--replication-factor", type=int, default=-1, metavar="N",
+                        help="replicas per partition (default: -1, the broker's default)")
+    create.add_argument("--retention", type=duration_ms, metavar="DURATION",
+                        help="retention.ms of delete-policy topics, e.g. 7d (default: the broker's)")
+    _add_name_arguments(create)
+    create.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    describe = actions.add_parser(
+        "describe", help="show partitions, cleanup.policy and retention of topics",
+        description="Show partitions, replication, cleanup.policy and retention of the project's topics, "
+                    "or of the topics named.",
+        epilog="examples:\n  streams topics describe\n  streams topics describe my.events --json",
+        formatter_class=HelpFormatter)
+    add_kafka_arguments(describe)
+    describe.add_argument("names", nargs="*", metavar="TOPIC", help="topics to describe (default: the project's)")
+    _add_name_arguments(describe)
+    describe.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    roll = actions.add_parser(
+        "roll", help="create the next bucket topics and delete expired ones",
+        description="One step of the bucket roller for topic-per-bucket mode: create the topics of the "
+                    "current bucket and the next --ahead, delete those whose bucket ended more than "
+                    "--retention ago. Only topics matching the template exactly are touched.",
+        epilog="example:\n  streams topics roll --template 'events.{bucket}' --bucket-width 5m --ahead 3 "
+               "--retention 2h --dry-run",
+        formatter_class=HelpFormatter)
+    add_kafka_arguments(roll)
+    roll.add_argument("--template", metavar="TEMPLATE",
+                      help="topic template holding {bucket} (default: the events topic, if it holds one)")
+    roll.add_argument("--bucket-width", metavar="WIDTH", help="bucket width, e.g. 1m, 1h, 1d (default: 1m)")
+    roll.add_argument("--ahead", type=int, default=2, metavar="N",
+                      help="bucket topics to create beyond the current one (default: 2)")
+    roll.add_argument("--retention", type=duration_ms, metavar="DURATION",
+                      help="delete a bucket's topic this long after the bucket ends (default: 1h)")
+    roll.add_argument("--partitions", type=positive_int, metavar="N", help="partitions of new topics (default: 12)")
+    roll.add_argument("--replication-factor", type=int, default=-1, metavar="N",
+                      help="replicas per partition (default: -1, the broker's default)")
+    roll.add_argument("--dry-run", action="store_true", help="list what would be created and deleted; change nothing")
+    roll.add_argument("--json", action="store_true", help="print the result as JSON")
+    return parser
+
+
+def _add_name_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("topic names (default: from the configuration)")
+    defaults = TopicNames()
+    for role in _ROLES:
+        group.add_argument(f"--{role.replace('_', '-')}-topic", dest=f"topic_{role}", metavar="NAME",
+                           help=f"(default: {getattr(defaults, role)})")
+
+
+def _names(args: argparse.Namespace) -> TopicNames:
+    given = {role: getattr(args, f"topic_{role}") for role in _ROLES if getattr(args, f"topic_{role}") is not None}
+    return load(TopicNames, **given)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to the action; raises TopicAdminError / ConfigError for what goes wrong."""
+    return {"create": _create, "describe": _describe, "roll": _roll}[args.topics_command](args)
+
+
+def _create(args: argparse.Namespace) -> int:
+    names = _names(args)
+    partitions = args.partitions or load(ProducerSettings).partitions
+    specs = project_topic_specs(names, partitions=partitions, control_partitions=args.control_partitions,
+                                replication_factor=args.replication_factor, retention_ms=args.retention)
+    templates = [getattr(names, r) for r in _ROLES if BUCKET_PLACEHOLDER in getattr(names, r)]
+    results = ensure_topics(kafka_client_config(args), specs, timeout_s=args.timeout)
+    if args.json:
+        print_json({
+            "topics": [{"name": s.name, "role": s.role, "created": r.created, "partitions": r.partitions,
+                        "config": dict(s.config)} for s, r in zip(specs, results)],
+            "skipped_templates": templates,
+        })
+        return 0
+    rows = [(s.name, s.role, r.partitions, s.config["cleanup.policy"], "created" if r.created else "exists")
+            for s, r in zip(specs, results)]
+    note = (f"templates are created bucket by bucket with 'streams topics roll': {', '.join(templates)}"
+            if templates else "")
+    print_table("topics", ["topic", "role", "partitions", "cleanup.policy", "result"], rows, note=note)
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    if args.names:
+        wanted: dict[str, str] = dict.fromkeys(args.names, "")
+    else:
+        names = _names(args)
+        wanted = {getattr(names, r): r for r in _ROLES if BUCKET_PLACEHOLDER not in getattr(names, r)}
+    infos = describe_topics(kafka_client_config(args), wanted, timeout_s=args.timeout)
+    if args.json:
+        print_json({"topics": [info.to_record() for info in infos]})
+        return 0
+    rows = [(i.name, i.role or "-", "yes" if i.exists else "no", i.partitions, i.replication_factor,
+             i.cleanup_policy, _human_ms(i.retention_ms)) for i in infos]
+    print_table("topics", ["topic", "role", "exists", "partitions", "replicas", "cleanup.policy", "retention"], rows)
+    return 0
+
+
+def _roll(args: argparse.Namespace) -> int:
+    template = args.template or load(TopicNames).events
+    if BUCKET_PLACEHOLDER not in template:
+        raise ConfigError(f"give --template: the events topic {template!r} holds no {BUCKET_PLACEHOLDER}")
+    settings = load(ProducerSettings, **({"bucket_width": args.bucket_width} if args.bucket_width else {}))
+    buckets = TimeBuckets(settings.bucket_width)
+    retention_ms = args.retention if args.retention is not None else _retention_ms(load(WorkerSettings).retention)
+    result = roll_bucket_topics(kafka_client_config(args), template, buckets, ahead=args.ahead,
+                                retention_ms=retention_ms, partitions=args.partitions or settings.partitions,
+                                replication_factor=args.replication_factor, dry_run=args.dry_run,
+                                timeout_s=args.timeout)
+    if args.json:
+        record: dict[str, Any] = result.to_record()
+        record.update(bucket_width=settings.bucket_width, retention_ms=retention_ms, ahead=args.ahead)
+        print_json(record)
+        return 0
+    if args.dry_run:
+        status = {name: "would create" for name in result.plan.create}
+        status.update({name: "would delete" for name in result.plan.delete})
+    else:
+        status = {name: "created" if name in result.created else "already there" for name in result.plan.create}
+        status.update({name: "deleted" if name in result.deleted else "already gone" for name in result.plan.delete})
+    title = f"roll {template} ({settings.bucket_width} buckets, {args.ahead} ahead, retention {_human_ms(retention_ms)})"
+    if status:
+        print_table(title + (" - dry run" if args.dry_run else ""), ["topic", "action"], list(status.items()))
+    else:
+        print(f"{title}: nothing to do\n")
+    return 0
+
+
+def _retention_ms(text: str) -> int:
+    try:
+        return duration_ms(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"retention (from the worker settings) {exc}") from None
+
+
+def _human_ms(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 0:
+        return "forever"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"

@@ -1,0 +1,231 @@
+"""``streams produce`` and ``streams topics`` as a user runs them (subprocesses), against the real broker."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.buckets import TimeBuckets
+from streams.config import TopicNames
+from streams.hashing import canonical_key, kafka_partition
+from streams.serde import AvroCodec, JsonCodec
+from streams.simulate import Workload, generate_keys
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def streams(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m streams.cli ARGS`` with no STREAMS_* settings leaking in from the caller."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
+    return subprocess.run([sys.executable, "-m", "streams.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=clean, cwd=ROOT)
+
+
+def ok_json(result: subprocess.CompletedProcess[str]) -> dict:
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    return orjson.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("streams: error: "), result.stderr
+    return lines[0]
+
+
+def topics_now(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).topics)
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, deadline_s: float = 60) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cli-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list = []
+    end = time.monotonic() + deadline_s
+    try:
+        while len(got) < expected and time.monotonic() < end:
+            got.extend(m for m in consumer.consume(5000, 0.5) if m.error() is None)
+        got.extend(m for m in consumer.consume(5000, 1.0) if m.error() is None)  # anything beyond: duplicates
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.fixture
+def fresh_names(kafka_bootstrap: str) -> Iterator[Callable[[str], str]]:
+    """Unique topic names that do not exist yet; whatever of them exists afterwards is deleted."""
+    names: list[str] = []
+
+    def name(prefix: str) -> str:
+        names.append(f"{prefix}-{uuid.uuid4().hex[:10]}")
+        return names[-1]
+
+    yield name
+    delete_if_there(kafka_bootstrap, names)
+
+
+def delete_if_there(bootstrap: str, names: list[str]) -> None:
+    """Cleanup: delete whichever of ``names`` exist."""
+    existing = [n for n in names if n in topics_now(bootstrap)]
+    if existing:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for fut in admin.delete_topics(existing, operation_timeout=30).values():
+            try:
+                fut.result(30)
+            except Exception:  # noqa: BLE001 - cleanup only
+                pass
+
+
+# --- produce -------------------------------------------------------------------------------------
+
+
+def test_produce_creates_the_topic_and_its_summary_counts_equal_what_the_topic_holds(
+        kafka_bootstrap: str, fresh_names: Callable[[str], str]) -> None:
+    topic = fresh_names("cli-produce")
+    summary = ok_json(streams("produce", "--bootstrap-server", kafka_bootstrap, "--topic", topic, "--create-topic",
+                              "--partitions", "6", "--count", "5000", "--distribution", "zipf", "--seed", "3",
+                              "--json"))
+    assert (summary["sent"], summary["delivered"], summary["failed"]) == (5000, 5000, 0)
+    assert summary["partitions"] == 6 and summary["topic"] == topic
+
+    got = consume_all(kafka_bootstrap, topic, 5000)
+    assert len(got) == 5000
+    on_partition = Counter(m.partition() for m in got)
+    assert {(r["topic"], r["partition"]): r["delivered"] for r in summary["per_partition"]} == {
+        (topic, p): on_partition[p] for p in range(6)}
+    codec = JsonCodec("event")
+    events = [(m, codec.decode(m.value())) for m in got]
+    assert len({e["id"] for _, e in events}) == 5000
+    # The keys are the seeded workload's, and with no hot keys each sits where Kafka's own rule puts it.
+    assert Counter(e["key"] for _, e in events) == Counter(
+        generate_keys(Workload("zipf", keys=1000, zipf_exponent=1.1, seed=3), 5000))
+    assert all(m.partition() == kafka_partition(canonical_key(e["key"]), 6) for m, e in events)
+    assert all(e["value"] == 1.0 and e["id_kind"] == "uuid7" for _, e in events)
+
+
+def test_produce_paces_to_the_rate_and_writes_avro_with_snowflake_ids(
+        kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
+    topic = make_topic("cli-paced", partitions=3)
+    summary = ok_json(streams("produce", "--bootstrap-server", kafka_bootstrap, "--topic", topic, "--count", "600",
+                              "--rate", "300", "--serializer", "avro", "--id-kind", "snowflake",
+                              "--value-field", "uniform", "--distribution", "uniform", "--json"))
+    assert summary["delivered"] == 600 and summary["partitions"] == 3  # taken from the topic
+    assert 1.9 <= summary["elapsed_s"] < 6, summary["elapsed_s"]  # 600 events at 300/s: two seconds
+    codec = AvroCodec("event")
+    events = [codec.decode(m.value()) for m in consume_all(kafka_bootstrap, topic, 600)]
+    assert len(events) == 600
+    assert all(e["id_kind"] == "snowflake" and e["id"].isdigit() for e in events)
+    assert all(0.0 <= e["value"] < 100.0 for e in events) and len({e["value"] for e in events}) > 500
+
+
+def test_produce_to_a_missing_topic_gives_one_line_and_creates_nothing(
+        kafka_bootstrap: str, fresh_names: Callable[[str], str]) -> None:
+    topic = fresh_names("cli-missing")
+    line = one_error_line(streams("produce", "--bootstrap-server", kafka_bootstrap, "--topic", topic,
+                                  "--count", "10"))
+    assert f"topic '{topic}' does not exist" in line and "--create-topic" in line
+    time.sleep(1)  # the broker auto-creates topics on request: make sure nothing asked it to
+    assert topic not in topics_now(kafka_bootstrap)
+
+
+def test_produce_with_partitions_that_disagree_with_the_topic_is_refused(
+        kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
+    topic = make_topic("cli-mismatch", partitions=3)
+    line = one_error_line(streams("produce", "--bootstrap-server", kafka_bootstrap, "--topic", topic,
+                                  "--partitions", "4", "--count", "10"))
+    assert f"topic '{topic}' has 3 partitions, not --partitions 4" in line
+
+
+# --- topics create / describe --------------------------------------------------------------------
+
+
+ROLES = tuple(f.name for f in dataclasses.fields(TopicNames))
+COMPACTED = {"hot_keys", "aggregates", "routing_maps"}
+CONTROL = {"sketches", "hot_keys", "routing_maps", "bucket_closed", "dead_letters"}
+
+
+def test_topics_create_then_describe_shows_compacted_and_delete_configs(
+        kafka_bootstrap: str, fresh_names: Callable[[str], str]) -> None:
+    names = {role: fresh_names(f"cli-{role.replace('_', '-')}") for role in ROLES}
+    flags = [arg for role, name in names.items() for arg in (f"--{role.replace('_', '-')}-topic", name)]
+    common = ["--bootstrap-server", kafka_bootstrap, *flags, "--json"]
+
+    created = ok_json(streams("topics", "create", *common, "--partitions", "3", "--retention", "2d"))
+    assert {t["role"]: t["created"] for t in created["topics"]} == dict.fromkeys(ROLES, True)
+
+    described = {t["role"]: t for t in ok_json(streams("topics", "describe", *common))["topics"]}
+    assert set(described) == set(ROLES)
+    for role, info in described.items():
+        assert info["name"] == names[role] and info["exists"] is True
+        assert info["partitions"] == (1 if role in CONTROL else 3), role
+        assert info["replication_factor"] == 1
+        if role in COMPACTED:
+            assert (info["cleanup_policy"], info["compacted"]) == ("compact", True), role
+            assert "retention.ms" not in info["overrides"]
+        else:
+            assert (info["cleanup_policy"], info["compacted"]) == ("delete", False), role
+            assert info["retention_ms"] == 2 * 86_400_000 == int(info["overrides"]["retention.ms"])
+
+    again = ok_json(streams("topics", "create", *common, "--partitions", "5"))
+    assert {t["role"]: (t["created"], t["partitions"]) for t in again["topics"]} == {
+        role: (False, 1 if role in CONTROL else 3) for role in ROLES}
+
+
+def test_topics_describe_reports_a_missing_topic_as_not_existing(
+        kafka_bootstrap: str, make_topic: Callable[..., str], fresh_names: Callable[[str], str]) -> None:
+    present, absent = make_topic("cli-present", partitions=2), fresh_names("cli-absent")
+    got = ok_json(streams("topics", "describe", "--bootstrap-server", kafka_bootstrap, present, absent, "--json"))
+    assert [(t["name"], t["exists"], t["partitions"]) for t in got["topics"]] == [(present, True, 2), (absent, False, None)]
+
+
+# --- topics roll ------------------------------------------------------------------------------
+
+
+def test_topics_roll_dry_run_changes_nothing_and_roll_creates_ahead_and_deletes_the_expired(
+        kafka_bootstrap: str) -> None:
+    prefix = f"cli-roll-{uuid.uuid4().hex[:10]}."
+    template = prefix + "{bucket}"
+    minute = TimeBuckets("1m")
+    expired = prefix + minute.bucket_of(int(time.time() * 1000) - 3 * 3_600_000).label
+    bystander = prefix + "other"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for fut in admin.create_topics([NewTopic(expired, 1, 1), NewTopic(bystander, 1, 1)]).values():
+        fut.result(30)
+    roll = ["topics", "roll", "--bootstrap-server", kafka_bootstrap, "--template", template, "--bucket-width", "1m",
+            "--ahead", "2", "--retention", "1h", "--partitions", "2", "--json"]
+
+    def ours() -> set[str]:
+        return {t for t in topics_now(kafka_bootstrap) if t.startswith(prefix)}
+
+    try:
+        assert ours() == {expired, bystander}
+        dry = ok_json(streams(*roll, "--dry-run"))
+        assert dry["dry_run"] is True and dry["created"] == [] and dry["deleted"] == []
+        assert len(dry["plan"]["create"]) == 3 and dry["plan"]["delete"] == [expired]
+        indexes = [minute.bucket_of(dry["now_ms"]).index + i for i in range(3)]
+        assert dry["plan"]["create"] == [prefix + minute.bucket_at_index(i).label for i in indexes]
+        assert ours() == {expired, bystander}
+
+        done = ok_json(streams(*roll))
+        assert done["dry_run"] is False
+        assert done["created"] == done["plan"]["create"] and len(done["created"]) == 3
+        assert done["deleted"] == [expired]
+        assert ours() == {bystander, *done["created"]}
+        created_parts = {t: len(md.partitions) for t, md in admin.list_topics(timeout=15).topics.items()
+                         if t in done["created"]}
+        assert created_parts == dict.fromkeys(done["created"], 2)
+    finally:
+        delete_if_there(kafka_bootstrap, sorted(ours()))

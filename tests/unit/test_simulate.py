@@ -1,0 +1,225 @@
+"""The offline simulation: seeded workloads, and a report that matches a direct computation."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streams.errors import ConfigError, RoutingMapError
+from streams.hashing import canonical_key
+from streams.hotkeys import HotKeyPolicy, exact_hot_keys
+from streams.routing import make_placer
+from streams.simulate import Workload, generate_keys, iter_keys, read_keys, simulate
+from streams.splits import salt_for, salted_partition
+
+
+def direct_loads(keys: list[str], partitions: int, placement: str, hash_name: str,
+                 factors: dict[str, int] | None = None) -> list[int]:
+    """Loads computed without the Router: placer + the salting rule of streams.splits."""
+    place = make_placer(hash_name, placement, partitions)
+    split = {canonical_key(k): f for k, f in (factors or {}).items()}
+    loads = [0] * partitions
+    for event_id, key in enumerate(keys):
+        kb = canonical_key(key)
+        p0 = place(kb)
+        k = split.get(kb, 1)
+        loads[salted_partition(p0, salt_for(event_id, k), partitions) if k > 1 else p0] += 1
+    return loads
+
+
+# --- workloads ---------------------------------------------------------------------------
+
+
+def test_the_same_seed_draws_the_same_keys_and_another_seed_does_not() -> None:
+    a = generate_keys(Workload("zipf", keys=500, seed=4), 5000)
+    assert a == generate_keys(Workload("zipf", keys=500, seed=4), 5000)
+    assert a != generate_keys(Workload("zipf", keys=500, seed=5), 5000)
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "zipf", "tenants"])
+def test_the_endless_stream_begins_with_exactly_the_generated_keys(distribution: str) -> None:
+    workload = Workload(distribution, keys=300, seed=9)
+    assert list(itertools.islice(iter_keys(workload), 10_001)) == generate_keys(workload, 10_001)
+
+
+def test_zipf_weights_are_the_power_law_of_the_rank() -> None:
+    cum = Workload("zipf", keys=50, zipf_exponent=1.3).cumulative_weights()
+    weights = [b - a for a, b in zip([0.0] + cum, cum)]
+    assert weights == pytest.approx([1 / r ** 1.3 for r in range(1, 51)], rel=1e-12)
+
+
+def test_zipf_key_counts_match_their_expected_share_within_five_sigma() -> None:
+    n, events, s = 100, 200_000, 1.0
+    counts = Counter(generate_keys(Workload("zipf", keys=n, zipf_exponent=s, seed=1), events))
+    harmonic = sum(1 / r ** s for r in range(1, n + 1))
+    for rank in range(1, 11):
+        p = (1 / rank ** s) / harmonic
+        sigma = math.sqrt(events * p * (1 - p))
+        assert abs(counts[f"key-{rank - 1}"] - events * p) < 5 * sigma, rank
+    assert counts.most_common(1)[0][0] == "key-0"
+
+
+def test_tenants_give_the_elephants_their_share_and_the_rest_the_remainder_evenly() -> None:
+    workload = Workload("tenants", keys=1000, elephants=4, elephant_share=0.4, seed=2)
+    cum = workload.cumulative_weights()
+    weights = [b - a for a, b in zip([0.0] + cum, cum)]
+    assert weights[:4] == pytest.approx([0.1] * 4)
+    assert weights[4:] == pytest.approx([0.6 / 996] * 996)
+    keys = generate_keys(workload, 100_000)
+    elephant_events = sum(1 for k in keys if k in {"tenant-0", "tenant-1", "tenant-2", "tenant-3"})
+    sigma = math.sqrt(100_000 * 0.4 * 0.6)
+    assert abs(elephant_events - 40_000) < 5 * sigma
+
+
+def test_uniform_draws_every_key_about_equally() -> None:
+    counts = Counter(generate_keys(Workload("uniform", keys=100, seed=3), 100_000))
+    assert set(counts) == {f"key-{i}" for i in range(100)}
+    sigma = math.sqrt(100_000 * 0.01 * 0.99)
+    assert max(abs(c - 1000) for c in counts.values()) < 5 * sigma
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"distribution": "pareto"}, "distribution"),
+    ({"keys": 0}, "keys"),
+    ({"keys": True}, "keys"),
+    ({"distribution": "zipf", "zipf_exponent": 0}, "zipf_exponent"),
+    ({"distribution": "zipf", "zipf_exponent": float("nan")}, "zipf_exponent"),
+    ({"distribution": "tenants", "keys": 5, "elephants": 5}, "elephants"),
+    ({"distribution": "tenants", "elephant_share": 1.5}, "elephant_share"),
+    ({"seed": 1.5}, "seed"),
+])
+def test_a_workload_with_a_bad_field_is_refused_naming_the_field(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{named} must be"):
+        Workload(**fields)
+
+
+# --- reading keys -------------------------------------------------------------------------
+
+
+def test_a_keys_file_gives_one_key_per_line_verbatim_skipping_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "keys.txt"
+    path.write_bytes(b"alpha\r\n beta \n\n\xc3\xa9t\xc3\xa9\ngamma")
+    got = read_keys(path)
+    assert got.keys == ("alpha", " beta ", "été", "gamma")
+    assert got.skipped == 1
+
+
+def test_a_csv_column_is_read_by_its_header(tmp_path: Path) -> None:
+    path = tmp_path / "events.csv"
+    path.write_text('ts,user,amount\n1,"u,1",3\n2,,4\n3,u2,5\n')
+    got = read_keys(path, "user")
+    assert got.keys == ("u,1", "u2")
+    assert got.skipped == 1
+
+
+def test_a_missing_csv_column_is_refused_listing_the_columns(tmp_path: Path) -> None:
+    path = tmp_path / "events.csv"
+    path.write_text("ts,user\n1,a\n")
+    with pytest.raises(ConfigError, match=r"no column 'tenant' \(columns: ts, user\)"):
+        read_keys(path, "tenant")
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n", b"\xff\xfe key\n"])
+def test_an_empty_or_non_utf8_keys_file_is_refused(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "keys.txt"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match="keys file"):
+        read_keys(path)
+
+
+# --- the simulation -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("placement", "hash_name"), [("mod", "murmur2"), ("jump", "xxh3"), ("mod", "sha256")])
+def test_loads_before_and_after_splitting_equal_a_direct_computation(placement: str, hash_name: str) -> None:
+    keys = generate_keys(Workload("zipf", keys=400, zipf_exponent=1.3, seed=11), 30_000)
+    report = simulate(keys, partitions=12, placement=placement, hash=hash_name, window_s=10.0, share_multiple=1.2)
+
+    policy = HotKeyPolicy(partitions=12, share_multiple=1.2, min_rate=100.0)
+    factors = exact_hot_keys(Counter(keys), 10.0, policy)
+    assert len(factors) >= 2, "the workload must have hot keys for this test to mean anything"
+    assert {h.key: h.split_factor for h in report.hot_keys} == factors
+    assert list(report.unsplit.counts) == direct_loads(keys, 12, placement, hash_name)
+    assert list(report.split.counts) == direct_loads(keys, 12, placement, hash_name, factors)
+    assert report.unsplit.total == report.split.total == len(keys) == report.events
+    assert report.unsplit.max_over_mean == max(report.unsplit.counts) / (len(keys) / 12)
+    assert report.split.max < report.unsplit.max
+
+
+def test_hot_keys_report_their_count_rate_and_share_heaviest_first() -> None:
+    keys = ["whale"] * 6000 + ["seal"] * 3000 + [f"fish-{i}" for i in range(1000)]
+    report = simulate(keys, partitions=8, window_s=20.0, min_rate=10.0)
+    # 500 events/s in all, fair share 62.5/s, hot above 125/s; k = ceil(rate / 62.5)
+    assert [(h.key, h.count, h.rate, h.share, h.split_factor) for h in report.hot_keys] == [
+        ("whale", 6000, 300.0, 0.6, 5), ("seal", 3000, 150.0, 0.3, 3)]
+
+
+def test_a_split_key_lands_on_exactly_its_split_factor_of_consecutive_partitions() -> None:
+    keys = ["whale"] * 8000 + [f"fish-{i}" for i in range(2000)]
+    report = simulate(keys, partitions=6, window_s=10.0)
+    (whale,) = report.hot_keys
+    assert whale.key == "whale" and whale.split_factor == 5  # ceil(800 / (1000 / 6))
+    p0 = make_placer("murmur2", "mod", 6)(b"whale")
+    fish = direct_loads(keys[8000:], 6, "mod", "murmur2")
+    whale_share = [s - f for s, f in zip(report.split.counts, fish)]
+    assert {p for p, n in enumerate(whale_share) if n} == {(p0 + i) % 6 for i in range(5)}
+    assert sum(whale_share) == 8000
+
+
+def test_growth_counts_exactly_the_keys_whose_partition_changes() -> None:
+    keys = [f"device-{i}" for i in range(20_000)] + ["device-0"] * 5000
+    report = simulate(keys, partitions=10, hash="xxh3")
+    g = report.growth
+    for movement in (g.mod, g.jump):
+        before = make_placer("xxh3", movement.placement, 10)
+        after = make_placer("xxh3", movement.placement, 11)
+        moved = {f"device-{i}" for i in range(20_000) if before(f"device-{i}".encode()) != after(f"device-{i}".encode())}
+        assert movement.moved_keys == len(moved)
+        assert movement.moved_events == len(moved) + (5000 if "device-0" in moved else 0)
+        assert movement.distinct_keys == 20_000 and movement.events == 25_000
+    assert g.ideal_fraction == 1 / 11
+    assert abs(g.jump.fraction - 1 / 11) < 0.01
+    assert abs(g.mod.fraction - 10 / 11) < 0.01
+
+
+def test_one_partition_has_no_hot_keys_and_splitting_changes_nothing() -> None:
+    report = simulate(["a"] * 1000 + ["b"], partitions=1)
+    assert report.policy is None and report.hot_keys == ()
+    assert report.split == report.unsplit and report.unsplit.counts == (1001,)
+
+
+def test_two_spellings_of_one_uuid_are_one_key() -> None:
+    u = uuid.UUID("017f22e2-79b0-7cc3-98c4-dc0c0c07398f")
+    keys = [str(u)] * 3000 + [str(u).upper().replace("-", "")] * 3000 + [f"k{i}" for i in range(500)]
+    report = simulate(keys, partitions=4, window_s=10.0)
+    assert report.distinct_keys == 501
+    assert [(h.key, h.count) for h in report.hot_keys] == [(str(u), 6000)]
+
+
+def test_the_json_record_carries_the_same_numbers_as_the_report() -> None:
+    keys = generate_keys(Workload("tenants", keys=200, elephants=2, elephant_share=0.5, seed=1), 10_000)
+    report = simulate(keys, partitions=5, placement="jump", source="tenants")
+    record = orjson.loads(orjson.dumps(report.to_record()))
+    assert record["unsplit"]["loads"] == list(report.unsplit.counts)
+    assert record["split"]["max"] == report.split.max
+    assert record["hot_keys"] == [{"key": h.key, "count": h.count, "rate": h.rate, "share": h.share,
+                                   "split_factor": h.split_factor} for h in report.hot_keys]
+    assert record["growth"]["jump"]["moved_keys"] == report.growth.jump.moved_keys
+    assert record["policy"]["enter_rate"] == max(2.0 * 1000 / 5, 100.0)
+
+
+def test_bad_simulation_inputs_are_refused() -> None:
+    with pytest.raises(ConfigError, match="keys must be at least one key"):
+        simulate([], partitions=4)
+    with pytest.raises(ConfigError, match="window_s"):
+        simulate(["a"], partitions=4, window_s=0)
+    with pytest.raises(RoutingMapError, match="partitions"):
+        simulate(["a"], partitions=0)
+    with pytest.raises(RoutingMapError, match="placement"):
+        simulate(["a"], partitions=4, placement="ring")
