@@ -69,6 +69,7 @@ class TopicNames:
 
     events: str = "streams.events"
     hot_keys: str = "streams.hot-keys"
+    sketches: str = "streams.hot-key-sketches"
     partials: str = "streams.partials"
     aggregates: str = "streams.aggregates"
     bucket_closed: str = "streams.bucket-closed"
@@ -124,24 +125,34 @@ class WorkerSettings:
     hot_min_rate: float = 100.0
     cool_share_multiple: float = 1.0
     hot_hold_s: float = 10.0
+    hot_min_window_events: int = 1000
     target_partition_rate: float = 0.0
-    sketch_capacity: int = 1024
+    hot_split_fraction: float = 1.0
+    sketch_capacity: int = 4096
     metrics_port: int = 0
     guarantee: str = "at_least_once"
+    session_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         _require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
         _require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
         _require(self.hot_window_s > 0, "hot_window_s", "a number > 0", self.hot_window_s)
-        _require(self.hot_share_multiple >= 1, "hot_share_multiple", "a number >= 1", self.hot_share_multiple)
+        _require(self.hot_share_multiple > 0, "hot_share_multiple", "a number > 0 (a multiple of the fair share)",
+                 self.hot_share_multiple)
         _require(0 < self.cool_share_multiple <= self.hot_share_multiple, "cool_share_multiple",
                  "a number in (0, hot_share_multiple]", self.cool_share_multiple)
         _require(self.hot_min_rate >= 0, "hot_min_rate", "a number >= 0", self.hot_min_rate)
+        _require(self.hot_min_window_events >= 0, "hot_min_window_events", "an int >= 0",
+                 self.hot_min_window_events)
         _require(self.hot_hold_s >= 0, "hot_hold_s", "a number >= 0", self.hot_hold_s)
         _require(self.target_partition_rate >= 0, "target_partition_rate", "a number >= 0 (0: the fair share)",
                  self.target_partition_rate)
+        _require(0 < self.hot_split_fraction <= 1, "hot_split_fraction",
+                 "a number in (0, 1]: split pieces as a fraction of the fair share", self.hot_split_fraction)
         _require(16 <= self.sketch_capacity <= 1_000_000, "sketch_capacity", "an int in [16, 1000000]", self.sketch_capacity)
         _require(0 <= self.metrics_port <= 65535, "metrics_port", "an int in [0, 65535] (0: off)", self.metrics_port)
+        _require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
+                 self.session_timeout_s)
         _require(self.guarantee in ("at_least_once", "exactly_once"), "guarantee", "'at_least_once' or 'exactly_once'",
                  self.guarantee)
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Events per second through the streams worker against a bare faust agent, same topic, same run.
+
+    .venv/bin/python bench/bench_worker.py [--quick]
+
+Both read the same pre-produced events topic from the beginning in their own
+consumer group; throughput is events / (time until the group's committed offsets
+reach the end of every partition). The baseline (bench/apps/baseline_app.py) only
+decodes and counts; the streams worker decodes, validates, feeds the hot-key
+sketch, runs the watermark and bucket roller, and folds stage-1 state with a
+changelog record per event. Also reported: the lag from a bucket's close time
+(end + grace) to its bucket-closed record, from the worker's own records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from streams.buckets import TimeBuckets  # noqa: E402
+from streams.producer import RoutingProducer  # noqa: E402
+from streams.routing import Router, RoutingMap  # noqa: E402
+from streams.serde import AvroCodec  # noqa: E402
+
+PARTITIONS = 4
+FAUST = str(Path(sys.executable).parent / "faust")
+
+
+def committed_total(bootstrap: str, group: str, topic: str) -> int:
+    # Consumer.committed() asks the group coordinator without joining the group.
+    # (AdminClient.list_consumer_group_offsets crashed confluent-kafka 2.16.1 here
+    # for a group that did not exist yet.)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        result = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+    except KafkaException:  # coordinator not ready yet (the group is new): nothing committed
+        return 0
+    finally:
+        consumer.close()
+    return sum(max(tp.offset, 0) for tp in result)
+
+
+def run_worker(bootstrap: str, topic: str, n: int, app: str, env_extra: dict[str, str], log: Path) -> float:
+    group = f"bench-{uuid.uuid4().hex[:6]}"
+    env = dict(os.environ, STREAMS_BOOTSTRAP_SERVERS=bootstrap, STREAMS_APP_ID=group, STREAMS_EVENTS=topic,
+               STREAMS_PARTITIONS=str(PARTITIONS), PYTHONPATH=str(ROOT / "bench" / "apps"), **env_extra)
+    began = time.monotonic()
+    proc = subprocess.Popen([FAUST, "-A", app, "worker", "-l", "warn", "--without-web"], env=env,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        first = None
+        while True:
+            done = committed_total(bootstrap, group, topic)
+            if first is None and done > 0:
+                first = (time.monotonic(), done)
+            if done >= n:
+                end = time.monotonic()
+                break
+            if proc.poll() is not None or time.monotonic() - began > 600:
+                raise SystemExit(f"{app} did not finish: see {log}")
+            time.sleep(0.2)  # polling committed offsets: the measurement's clock, not a synchronisation
+        assert first is not None
+        # From the first commit on: excludes start-up (imports, group join) from the rate.
+        return (n - first[1]) / max(end - first[0], 1e-9)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    n = 20_000 if args.quick else 60_000
+    with ExitStack() as stack:
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+        if not bootstrap:
+            from kafka_local import LocalKafka
+
+            bootstrap = stack.enter_context(LocalKafka()).bootstrap
+        tag = uuid.uuid4().hex[:6]
+        topic = f"bench-events-{tag}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+        buckets = TimeBuckets("1m")
+        router = Router(buckets, [RoutingMap(version=1, partitions=PARTITIONS, topic=topic)])
+        producer = RoutingProducer(router, {"bootstrap.servers": bootstrap})
+        t0 = (int(time.time() * 1000) - 3_600_000) // 60_000 * 60_000
+        for i in range(n):  # an hour ago, spread over ten one-minute buckets, in time order
+            producer.send(f"key-{i % 1000}", float(i % 100), ts_ms=t0 + i * 600_000 // n)
+        producer.close()
+        logs = Path(os.environ.get("TMPDIR", "/tmp"))
+        base = run_worker(bootstrap, topic, n, "baseline_app", {}, logs / f"bench-baseline-{tag}.log")
+        names = {f"STREAMS_{k.upper()}": f"bench-{tag}.{k}" for k in
+                 ("hot_keys", "sketches", "partials", "aggregates", "bucket_closed", "late_events", "dead_letters",
+                  "routing_maps")}
+        ours = run_worker(bootstrap, topic, n, "streams.app",
+                          {**names, "STREAMS_BUCKET_WIDTH": "1m", "STREAMS_GRACE": "5s", "STREAMS_IDLE_TIMEOUT": "5s",
+                           "STREAMS_RETENTION": "2h"}, logs / f"bench-worker-{tag}.log")
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{tag}", "auto.offset.reset": "earliest"})
+        consumer.subscribe([names["STREAMS_BUCKET_CLOSED"]])
+        codec = AvroCodec("bucket_closed")
+        lags = []
+        end = time.monotonic() + 10
+        while time.monotonic() < end and len(lags) < 9:
+            for msg in consumer.consume(100, 0.5):
+                if msg.error() is None:
+                    rec = codec.decode(msg.value())
+                    lags.append(rec["closed_at_ms"] - msg.timestamp()[1])
+        consumer.close()
+    print(f"`python bench/bench_worker.py{' --quick' if args.quick else ''}` — {n:,} events, {PARTITIONS} partitions, "
+          f"local broker, one worker process\n")
+    print("| worker | events/s | ratio |")
+    print("| --- | ---: | ---: |")
+    print(f"| bare faust agent: decode + count | {base:,.0f} | 1.00 |")
+    print(f"| streams worker: validate, sketch, watermark, roller, stage-1 state | {ours:,.0f} | {ours / base:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The faust app: wires the worker core to Kafka.  ``faust -A streams.app worker -l info``
+
+Settings come from :mod:`streams.config` (``STREAMS_*`` variables or the TOML file
+named by ``STREAMS_CONFIG``). Agents and timers, one job each:
+
+* ``process_events`` (events topic): :meth:`EventProcessor.handle`; late events and
+  dead letters go to their topics, on-time events into stage-1 state.
+* ``tick`` (timer, every ``tick_s``): closes due buckets (partials + bucket-closed),
+  publishes this instance's hot-key sketch summary.
+* ``decide_hot_keys`` (sketches topic, one partition, so one decider): merges every
+  instance's latest summary and writes hot-key notices (Avro) or tombstones to the
+  compacted hot-keys topic, keyed by the key's canonical bytes.
+* ``merge_partials`` (partials topic, keyed by the real key): stage 2, the exact
+  merged aggregate per (bucket, key) into the compacted aggregates topic.
+
+Delivery guarantee: at-least-once, with state that is exact anyway. faust flushes
+its producer (so every changelog write) before it commits offsets; each stage-1
+entry remembers the source offset it last folded and skips records re-read after a
+crash; stage-2 slots are upserts. The cost is one changelog record per event and
+partial, the same as any faust table. faust's ``exactly_once`` (Kafka transactions)
+was not chosen: it would also cover the late-event and dead-letter topics, but at
+the price of a transaction per commit interval and a producer per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+import faust
+import orjson
+
+from streams.buckets import TimeBuckets, parse_duration
+from streams.config import KafkaSettings, TopicNames, WorkerSettings, load
+from streams.errors import HotKeyNoticeError, SerializationError
+from streams.hashing import canonical_key
+from streams.hotkeys import HotKeyDecider, HotKeyPolicy, SketchSummary, merge_summaries
+from streams.merge import PartialMerger
+from streams.metrics import WorkerMetrics
+from streams.serde import AvroCodec
+from streams.topics import ensure_topics, project_topic_specs
+from streams.worker import EventProcessor, InMessage, Output, Stage1Store
+
+log = logging.getLogger("streams.app")
+
+TICK_S = float(os.environ.get("STREAMS_TICK_S", "0.25"))
+
+worker_settings = load(WorkerSettings)
+kafka_settings = load(KafkaSettings)
+topic_names = load(TopicNames)
+instance_id = os.environ.get("STREAMS_INSTANCE", f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:4]}")
+
+app = faust.App(
+    worker_settings.app_id,
+    broker=[f"kafka://{hp.strip()}" for hp in kafka_settings.bootstrap_servers.split(",")],
+    store="memory://",
+    topic_partitions=worker_settings.partitions,
+    topic_replication_factor=1,
+    web_enabled=False,
+    processing_guarantee="at_least_once",
+    producer_acks=-1,
+    broker_commit_interval=1.0,
+    # How long a crashed worker's partitions wait before the group gives them to another.
+    broker_session_timeout=worker_settings.session_timeout_s,
+    broker_heartbeat_interval=max(1.0, worker_settings.session_timeout_s / 3),
+    table_standby_replicas=0,
+    consumer_auto_offset_reset="earliest",
+)
+
+_raw = {"key_serializer": "raw", "value_serializer": "raw"}
+events_topic = app.topic(topic_names.events, **_raw)
+partials_topic = app.topic(topic_names.partials, **_raw)
+sketches_topic = app.topic(topic_names.sketches, **_raw)
+_out = {role: app.topic(getattr(topic_names, role), **_raw)
+        for role in ("late_events", "dead_letters", "partials", "bucket_closed", "aggregates", "hot_keys")}
+_codecs = {
+    "late_events": AvroCodec("late_event"), "dead_letters": AvroCodec("dead_letter"),
+    "partials": AvroCodec("aggregate"), "aggregates": AvroCodec("aggregate"),
+    "bucket_closed": AvroCodec("bucket_closed"), "hot_keys": AvroCodec("hot_key_notice"),
+}
+
+_json = faust.Schema(key_serializer="json", value_serializer="json")
+stage1_table = app.Table("stage1", partitions=worker_settings.partitions, schema=_json)
+stage2_table = app.Table("stage2", partitions=worker_settings.partitions, schema=_json)
+
+
+def _changelog(table: Any) -> Any:
+    def write(partition: int, key: str, value: Any) -> None:
+        if value is None:
+            table.send_changelog(partition, key, None, value_serializer="raw")
+        else:
+            table.send_changelog(partition, key, value)
+    return write
+
+
+metrics = WorkerMetrics()
+processor = EventProcessor(worker_settings, Stage1Store(stage1_table.data, _changelog(stage1_table)),
+                           instance=instance_id)
+merger = PartialMerger(stage2_table.data, _changelog(stage2_table),
+                       TimeBuckets(worker_settings.bucket_width, grace=worker_settings.grace),
+                       parse_duration(worker_settings.retention, "retention"))
+decider = HotKeyDecider(HotKeyPolicy(
+    partitions=worker_settings.partitions, share_multiple=worker_settings.hot_share_multiple,
+    min_rate=worker_settings.hot_min_rate, cool_multiple=worker_settings.cool_share_multiple,
+    hold_s=worker_settings.hot_hold_s, target_partition_rate=worker_settings.target_partition_rate,
+    target_fair_fraction=worker_settings.hot_split_fraction))
+_summaries: dict[str, SketchSummary] = {}
+
+
+@app.on_worker_init.connect
+def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - faust signal signature
+    ensure_topics(kafka_settings.client_config(),
+                  project_topic_specs(topic_names, partitions=worker_settings.partitions), timeout_s=30)
+    if worker_settings.metrics_port:
+        metrics.serve(worker_settings.metrics_port)
+
+
+@app.on_partitions_assigned.connect
+async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # noqa: ARG001
+    processor.assign(tp.partition for tp in assigned if tp.topic == topic_names.events)
+
+
+async def _send(output: Output) -> None:
+    await _out[output.role].send(key=output.key, value=_codecs[output.role].encode(output.record))
+    metrics.sent(output.role)
+
+
+@app.agent(events_topic)
+async def process_events(stream: Any) -> None:
+    """Stage 1: every events record is folded, routed late, or dead-lettered."""
+    async for event in stream.events():
+        msg = event.message
+        headers = {k: v for k, v in (msg.headers or ())} if msg.headers else {}
+        outputs = processor.handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value, headers))
+        metrics.event_in()
+        for output in outputs:
+            await _send(output)
+
+
+@app.timer(interval=TICK_S)
+async def tick() -> None:
+    """Close due buckets and publish this instance's sketch summary."""
+    if app.rebalancing:
+        return
+    result = processor.tick()
+    for output in result.outputs:
+        await _send(output)
+    await sketches_topic.send(key=instance_id.encode(), value=orjson.dumps(result.summary.to_record()))
+    metrics.observe_tick(processor, result, decider)
+    merger.expire(int(time.time() * 1000))
+
+
+@app.agent(sketches_topic)
+async def decide_hot_keys(stream: Any) -> None:
+    """The decider: merge every instance's latest summary, emit notices on change."""
+    async for value in stream:
+        try:
+            summary = SketchSummary.from_record(orjson.loads(value))
+        except (orjson.JSONDecodeError, HotKeyNoticeError, TypeError, ValueError) as exc:
+            log.warning("rejected sketch summary: %s", exc)
+            metrics.rejected_summary()
+            continue
+        _summaries[summary.instance] = summary
+        now_s = time.time()
+        view = merge_summaries(_summaries.values(), now_s=now_s, max_age_s=3 * worker_settings.hot_window_s + 1)
+        for stale in set(_summaries) - set(view.instances):
+            _summaries.pop(stale, None)
+        if view.total < worker_settings.hot_min_window_events:
+            continue  # too few events in the window for shares to mean anything yet
+        for decision in decider.decide(view, now_s):
+            key = canonical_key(decision.key)
+            if decision.kind == "tombstone":
+                await _out["hot_keys"].send(key=key, value=None)
+            else:
+                now_ms = int(now_s * 1000)
+                record = {
+                    "key": key, "key_display": decision.key[:200], "split_factor": decision.split_factor,
+                    "estimated_rate": decision.rate, "share": decision.share,
+                    "partitions": worker_settings.partitions, "detected_at_ms": now_ms,
+                    "hot_since_ms": min(now_ms, int(decision.hot_since_s * 1000)), "map_version": 1,
+                    "detector": instance_id,
+                }
+                await _out["hot_keys"].send(key=key, value=_codecs["hot_keys"].encode(record))
+            metrics.decision(decision)
+
+
+@app.agent(partials_topic)
+async def merge_partials(stream: Any) -> None:
+    """Stage 2: upsert each partial's slot and emit the exact merged aggregate."""
+    codec = _codecs["partials"]
+    async for event in stream.events():
+        msg = event.message
+        try:
+            partial = codec.decode(msg.value)
+            merged = merger.apply(msg.partition, partial)
+        except SerializationError as exc:
+            await _send(Output("dead_letters", msg.key or b"", {
+                "reason": f"bad partial: {exc}"[:1000], "field": None, "source_topic": msg.topic,
+                "source_partition": msg.partition, "source_offset": msg.offset,
+                "failed_at_ms": int(time.time() * 1000), "original_key": msg.key, "original": msg.value}))
+            continue
+        await _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged))

@@ -1,0 +1,101 @@
+"""Prometheus metrics of the worker and the producer (prometheus-client).
+
+Each :class:`WorkerMetrics` / :class:`ProducerMetrics` owns its own
+``CollectorRegistry``, so several can live in one process (tests) and nothing is
+registered at import time. ``serve(port)`` exposes ``/metrics`` on that port.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+__all__ = ["WorkerMetrics", "ProducerMetrics"]
+
+
+class WorkerMetrics:
+    """Events in, records out per topic role, hot keys, watermark and close lag."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events = Counter("streams_worker_events", "records consumed from the events topic", registry=r)
+        self.outputs = Counter("streams_worker_outputs", "records produced, by topic role", ["role"], registry=r)
+        self.hot_keys = Gauge("streams_hot_keys", "keys currently split", registry=r)
+        self.split_factor = Gauge("streams_split_factor", "split factor of a hot key", ["key"], registry=r)
+        self.decisions = Counter("streams_hot_key_decisions", "hot-key decisions, by kind", ["kind"], registry=r)
+        self.late = Gauge("streams_late_events", "events routed to the late-events topic", registry=r)
+        self.dead = Gauge("streams_dead_letters", "events dead-lettered", registry=r)
+        self.watermark_lag = Gauge("streams_watermark_lag_seconds", "wall clock minus the low watermark", registry=r)
+        self.open_buckets = Gauge("streams_open_buckets", "buckets holding stage-1 state", registry=r)
+        self.close_lag = Gauge("streams_bucket_close_lag_seconds",
+                               "wall clock at close minus the bucket's close time, last close", registry=r)
+        self.rejected = Counter("streams_rejected_sketch_summaries", "malformed sketch summaries", registry=r)
+        self._split_keys: set[str] = set()
+
+    def serve(self, port: int) -> None:
+        """Expose ``/metrics`` on ``port`` (all interfaces) from a daemon thread."""
+        start_http_server(port, registry=self.registry)
+
+    def event_in(self) -> None:
+        """Count one consumed record."""
+        self.events.inc()
+
+    def sent(self, role: str) -> None:
+        """Count one produced record of ``role``."""
+        self.outputs.labels(role).inc()
+
+    def rejected_summary(self) -> None:
+        """Count one rejected sketch summary."""
+        self.rejected.inc()
+
+    def decision(self, decision: Any) -> None:
+        """Track a hot-key decision (split factors, hot-key count)."""
+        self.decisions.labels(decision.kind).inc()
+        if decision.kind in ("hot", "changed"):
+            self.split_factor.labels(decision.key[:100]).set(decision.split_factor)
+            self._split_keys.add(decision.key[:100])
+        elif decision.key[:100] in self._split_keys:
+            self.split_factor.remove(decision.key[:100])
+            self._split_keys.discard(decision.key[:100])
+        self.hot_keys.set(len(self._split_keys))
+
+    def observe_tick(self, processor: Any, result: Any, decider: Any) -> None:
+        """Refresh the gauges after a tick of ``processor``."""
+        counts = processor.counts()
+        self.late.set(counts.late + counts.too_old)
+        self.dead.set(counts.dead_lettered)
+        self.open_buckets.set(processor.open_buckets())
+        now_ms = time.time() * 1000
+        if result.watermark_ms is not None:
+            self.watermark_lag.set(max(0.0, (now_ms - result.watermark_ms) / 1000))
+        for output in result.outputs:
+            if output.role == "bucket_closed":
+                close_ms = output.record["bucket_end_ms"] + processor.buckets.grace_ms
+                self.close_lag.set(max(0.0, (output.record["closed_at_ms"] - close_ms) / 1000))
+
+
+class ProducerMetrics:
+    """A producer's delivery counters as Prometheus gauges, refreshed on ``update``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sent = Gauge("streams_producer_sent", "records handed to librdkafka", registry=r)
+        self.delivered = Gauge("streams_producer_delivered", "records acknowledged by the broker", registry=r)
+        self.failed = Gauge("streams_producer_failed", "records whose delivery failed", registry=r)
+        self.split_keys = Gauge("streams_producer_split_keys", "keys the producer salts now", registry=r)
+
+    def serve(self, port: int) -> None:
+        """Expose ``/metrics`` on ``port`` from a daemon thread."""
+        start_http_server(port, registry=self.registry)
+
+    def update(self, producer: Any) -> None:
+        """Copy a RoutingProducer's counters into the gauges."""
+        stats = producer.stats()
+        self.sent.set(stats.sent)
+        self.delivered.set(stats.delivered)
+        self.failed.set(stats.failed)
+        self.split_keys.set(len(producer.router.splits))

@@ -1,0 +1,360 @@
+"""The worker's processing core: decode, validate, detect, classify, aggregate, close.
+
+Kafka-free so it can be tested in microseconds; :mod:`streams.app` feeds it faust
+events and sends what it returns. One :class:`EventProcessor` per worker process:
+
+* :meth:`EventProcessor.handle` takes one consumed record and returns what must be
+  sent for it: nothing (an on-time event, folded into stage 1), a late-event record
+  (its bucket had closed), or a dead letter (undecodable, malformed ID, empty key,
+  non-finite value, timestamp in the future or before the epoch). Every record is
+  counted under exactly one of those, so ``received == on_time + late + too_old +
+  dead_lettered`` (see :meth:`counts`).
+* :meth:`EventProcessor.tick` runs on a timer: it closes every bucket whose close
+  time (end + grace) the low watermark has passed, returns the stage-1 partials and a
+  bucket-closed record for each, and the hot-key sketch summary to publish.
+
+Stage-1 state lives in a :class:`Stage1Store`: a mapping (faust's table store in the
+worker) plus a changelog callback that writes each change to the changelog partition
+of the *source* partition. Each entry remembers the source offset it last folded, so
+a record re-read after a crash (at-least-once delivery) is recognised and skipped:
+the state is exact although delivery is not.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from streams.aggregate import Stats
+from streams.buckets import TimeBuckets, parse_duration
+from streams.config import WorkerSettings
+from streams.errors import InvalidIdError, SerializationError
+from streams.eventtime import Aggregation, PlacementKind
+from streams.hotkeys import SketchSummary, SlidingSketch
+from streams.ids import parse_id
+from streams.roller import BucketRoller
+from streams.serde import CONTENT_TYPE, AvroCodec, JsonCodec
+from streams.watermark import WatermarkTracker
+
+__all__ = ["InMessage", "Output", "TickResult", "Stage1Store", "EventProcessor", "ProcessorCounts"]
+
+_META = "meta|"
+_NULL = Aggregation(empty=lambda: None, add=lambda a, v: None, to_record=lambda a: None, from_record=lambda r: None)
+
+
+@dataclass(frozen=True)
+class InMessage:
+    """One consumed record, as the worker sees it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Mapping[str, bytes]
+
+
+@dataclass(frozen=True)
+class Output:
+    """A record to send: ``role`` names the topic ("late_events", "dead_letters",
+    "partials", "bucket_closed"), ``key`` its record key, ``record`` its Avro record."""
+
+    role: str
+    key: bytes
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one timer tick produced."""
+
+    outputs: tuple[Output, ...]
+    summary: SketchSummary
+    closed_buckets: tuple[str, ...]
+    watermark_ms: int | None
+
+
+@dataclass(frozen=True)
+class ProcessorCounts:
+    """Conservation counters: ``received == on_time + late + too_old + dead_lettered``;
+    ``duplicates`` are re-read records already folded (counted in ``on_time``)."""
+
+    received: int
+    on_time: int
+    late: int
+    too_old: int
+    dead_lettered: int
+    duplicates: int
+
+
+class Stage1Store:
+    """Partial aggregates per (bucket index, salt, key), changelogged per source partition.
+
+    ``data`` maps entry keys to ``[changelog partition, {source partition: last offset}, stats record]``;
+    ``changelog(partition, key, value)`` persists a change (``value`` None deletes).
+    Meta entries ``meta|<partition>`` remember the highest closed bucket index, so a
+    restarted worker does not reopen a bucket it already emitted.
+    """
+
+    def __init__(self, data: MutableMapping[str, Any], changelog: Callable[[int, str, Any], None]) -> None:
+        self.data = data
+        self._changelog = changelog
+        self._index: dict[int, set[str]] = {}
+        self._live: dict[str, list[Any]] = {}  # entry key -> [partition, offsets, Stats]
+        self._indexed_len = -1
+
+    def reindex(self) -> int:
+        """Rebuild the bucket index from ``data`` (after a changelog recovery); returns the closed-through index."""
+        self._index.clear()
+        self._live.clear()
+        closed = -1
+        for key, value in list(self.data.items()):
+            if key.startswith(_META):
+                closed = max(closed, int(value))
+                continue
+            index = int(key.split("|", 1)[0])
+            self._index.setdefault(index, set()).add(key)
+            partition, offsets, record = value
+            self._live[key] = [partition, dict(offsets), Stats.from_record(record)]
+        self._indexed_len = len(self.data)
+        return closed
+
+    def fold(self, partition: int, offset: int, index: int, salt: int, key: str, value: float | None) -> bool:
+        """Fold one on-time event in; False (and nothing changed) if this source offset was folded before.
+
+        An entry normally hears from one source partition (a salted key sits on one
+        partition per bucket), but offsets are remembered per partition, so records
+        of a key produced elsewhere with another partitioner are folded correctly too.
+        """
+        entry_key = f"{index}|{salt}|{key}"
+        entry = self._live.get(entry_key)
+        if entry is None:
+            entry = self._live[entry_key] = [partition, {}, Stats.empty()]
+            self._index.setdefault(index, set()).add(entry_key)
+        offsets = entry[1]
+        if offset <= offsets.get(str(partition), -1):
+            return False
+        stats = entry[2]
+        stats.add(value)
+        offsets[str(partition)] = offset
+        stored = [entry[0], dict(offsets), stats.to_record()]
+        self.data[entry_key] = stored
+        self._indexed_len = len(self.data)
+        self._changelog(entry[0], entry_key, stored)
+        return True
+
+    def bucket_indexes(self) -> list[int]:
+        """Bucket indexes that hold entries, oldest first."""
+        return sorted(self._index)
+
+    def take_bucket(self, index: int) -> list[tuple[int, str, Stats]]:
+        """Remove and return the entries of one bucket as (salt, key, stats)."""
+        out = []
+        for entry_key in sorted(self._index.pop(index, ())):
+            partition, _, stats = self._live.pop(entry_key)
+            self.data.pop(entry_key, None)
+            self._changelog(partition, entry_key, None)
+            _, salt, key = entry_key.split("|", 2)
+            out.append((int(salt), key, stats))
+        self._indexed_len = len(self.data)
+        return out
+
+    def mark_closed(self, partitions: Iterable[int], index: int) -> None:
+        """Persist that buckets up to ``index`` are closed, for each source partition."""
+        for p in partitions:
+            self.data[f"{_META}{p}"] = index
+            self._changelog(p, f"{_META}{p}", index)
+        self._indexed_len = len(self.data)
+
+    @property
+    def stale(self) -> bool:
+        """True when ``data`` changed behind the index's back (a recovery filled it)."""
+        return len(self.data) != self._indexed_len
+
+
+class EventProcessor:
+    """Decode → validate → detect → classify → fold, and close buckets on ticks.
+
+    ``clock_ms`` is the wall clock (injectable for tests). ``instance`` names this
+    worker in sketch summaries. Not thread-safe: one faust task owns it.
+    """
+
+    def __init__(self, settings: WorkerSettings, store: Stage1Store, *, instance: str,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.instance = instance
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self.buckets = TimeBuckets(settings.bucket_width, grace=settings.grace)
+        self.watermarks = WatermarkTracker(parse_duration(settings.allowed_delay, "allowed_delay"), parse_duration(settings.idle_timeout, "idle_timeout"))
+        self.roller: BucketRoller[None, None] = BucketRoller(
+            self.buckets, parse_duration(settings.retention, "retention"), aggregation=_NULL, watermarks=self.watermarks)
+        self.sketch = SlidingSketch(settings.hot_window_s, capacity=settings.sketch_capacity)
+        self._codecs = {CONTENT_TYPE["json"]: JsonCodec("event"), CONTENT_TYPE["avro"]: AvroCodec("event")}
+        self._default_codec = self._codecs[CONTENT_TYPE[settings.serializer]]
+        self._closed_through = -1
+        self._duplicates = 0
+        self._partitions: set[int] = set()
+
+    # -- partitions and recovery ----------------------------------------------------------
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """The events partitions this worker now owns (after a rebalance)."""
+        new = set(partitions)
+        self.watermarks.revoke(self._partitions - new)
+        self.watermarks.assign(new, self._clock_ms())
+        self._partitions = new
+
+    def recover(self) -> None:
+        """Re-read the store after a changelog recovery: index entries, restore closed-through."""
+        closed = self.store.reindex()
+        if closed > self._closed_through:
+            self._closed_through = closed
+
+    # -- per record ---------------------------------------------------------------------------
+
+    def handle(self, msg: InMessage) -> list[Output]:
+        """Process one record; returns the late-event or dead-letter record to send, if any."""
+        if self.store.stale:
+            self.recover()
+        now = self._clock_ms()
+        codec = self._codecs.get(msg.headers.get("content-type", b""), self._default_codec)
+        try:
+            if msg.value is None:
+                raise SerializationError("event: null value (tombstone) on the events topic")
+            event = codec.decode(msg.value)
+        except SerializationError as exc:
+            return [self._dead_letter(msg, str(exc), None, now)]
+        try:
+            parse_id(event["id"])
+        except InvalidIdError as exc:
+            return [self._dead_letter(msg, f"malformed id: {exc}", "id", now, event["ts_ms"])]
+        key = event["key"]
+        if not key.strip():
+            return [self._dead_letter(msg, "empty key", "key", now, event["ts_ms"])]
+        value = event["value"]
+        if value is not None and not math.isfinite(value):
+            return [self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, event["ts_ms"])]
+        salt = _salt(msg.headers.get("streams-salt"))
+        if salt is None:
+            return [self._dead_letter(msg, "malformed streams-salt header", "streams-salt", now, event["ts_ms"])]
+        ts = event["ts_ms"]
+        placement = self.roller.add(key, ts, None, now, partition=msg.partition)
+        kind = placement.kind
+        if kind is PlacementKind.ON_TIME:
+            bucket = placement.bucket
+            assert bucket is not None
+            if bucket.index <= self._closed_through:  # closed before a restart: the roller cannot know
+                return [self._late(msg, event, bucket.index, ts, now, "bucket closed")]
+            self.sketch.add(key, now / 1000)
+            if not self.store.fold(msg.partition, msg.offset, bucket.index, salt, key, value):
+                self._duplicates += 1
+            return []
+        if kind in (PlacementKind.LATE, PlacementKind.TOO_OLD):
+            self.sketch.add(key, now / 1000)
+            return [self._late(msg, event, placement.bucket.index, ts, now, placement.reason)]  # type: ignore[union-attr]
+        return [self._dead_letter(msg, placement.reason, "ts_ms", now, None, counted=True)]
+
+    def _late(self, msg: InMessage, event: Mapping[str, Any], index: int, ts: int, now: int, reason: str) -> Output:
+        bucket = self.buckets.bucket_at_index(index)
+        watermark = self.watermarks.floor_ms if self.watermarks.floor_ms is not None else ts
+        record = {
+            "event_id": event["id"], "bucket": bucket.label, "bucket_start_ms": bucket.start_ms,
+            "event_ts_ms": ts, "watermark_ms": watermark, "lateness_ms": max(0, watermark - bucket.close_ms),
+            "reason": reason, "source_topic": msg.topic, "source_partition": msg.partition,
+            "source_offset": msg.offset, "original": msg.value or b"",
+            "content_type": msg.headers.get("content-type", CONTENT_TYPE[self.settings.serializer]).decode("ascii", "replace"),
+        }
+        return Output("late_events", event["key"].encode(), record)
+
+    def _dead_letter(self, msg: InMessage, reason: str, field: str | None, now: int,
+                     ts: int | None = None, *, counted: bool = False) -> Output:
+        if not counted:
+            self.roller.count_dead_letter(_reason_class(reason), ts)
+        record = {
+            "reason": reason[:1000], "field": field, "source_topic": msg.topic, "source_partition": msg.partition,
+            "source_offset": msg.offset, "failed_at_ms": now, "original_key": msg.key, "original": msg.value,
+        }
+        return Output("dead_letters", msg.key or b"", record)
+
+    # -- per tick -----------------------------------------------------------------------------
+
+    def tick(self) -> TickResult:
+        """Close due buckets (emit-on-close) and summarise the hot-key sketch."""
+        if self.store.stale:
+            self.recover()
+        now = self._clock_ms()
+        closed_meta = {c.bucket.index: c for c in self.roller.advance(now)}
+        watermark = self.watermarks.floor_ms
+        outputs: list[Output] = []
+        labels = []
+        if watermark is not None:
+            closable = (watermark - self.buckets.grace_ms) // self.buckets.width_ms - 1
+            due = sorted({i for i in self.store.bucket_indexes() if i <= closable} | set(closed_meta))
+            for index in due:
+                bucket = self.buckets.bucket_at_index(index)
+                entries = self.store.take_bucket(index)
+                meta = closed_meta.get(index)
+                keys = set()
+                events = 0
+                for salt, key, stats in entries:
+                    keys.add(key)
+                    events += stats.count
+                    outputs.append(Output("partials", key.encode(), partial_record(bucket, key, salt, stats)))
+                outputs.append(Output("bucket_closed", bucket.label.encode(), {
+                    "bucket": bucket.label, "bucket_start_ms": bucket.start_ms, "bucket_end_ms": bucket.end_ms,
+                    "closed_at_ms": now, "watermark_ms": watermark, "events": events, "keys": len(keys),
+                    "late_events": meta.late_events if meta else 0, "dead_letters": meta.dead_letters if meta else 0,
+                }))
+                labels.append(bucket.label)
+            if closable > self._closed_through:
+                self._closed_through = closable
+                self.store.mark_closed(self._partitions, closable)
+        summary = self.sketch.summary(now / 1000, top=256, instance=self.instance)
+        return TickResult(tuple(outputs), summary, tuple(labels), watermark)
+
+    def counts(self) -> ProcessorCounts:
+        """Conservation counters since this processor started."""
+        c = self.roller.counts()
+        return ProcessorCounts(c.received, c.on_time, c.late, c.too_old, c.dead_lettered, self._duplicates)
+
+    def open_buckets(self) -> int:
+        """Buckets holding stage-1 state right now (bounded by the open window)."""
+        return len(self.store.bucket_indexes())
+
+
+def partial_record(bucket: Any, key: str, salt: int, stats: Stats, *, final: bool = False) -> dict[str, Any]:
+    """An ``Aggregate`` record for one (bucket, key, salt) from ``stats``."""
+    rec = stats.to_record()
+    return {
+        "bucket": bucket.label, "bucket_start_ms": bucket.start_ms, "key": key, "salt": salt,
+        "count": rec["count"], "measured": rec["measured"], "sum": rec["sum"], "sum_partials": rec["partials"],
+        "min": rec["min"], "max": rec["max"], "final": final,
+    }
+
+
+def stats_of(record: Mapping[str, Any]) -> Stats:
+    """The Stats inside an ``Aggregate`` record (raises ValueError/TypeError if malformed)."""
+    return Stats.from_record({"count": record["count"], "measured": record["measured"], "sum": record["sum"],
+                              "partials": record["sum_partials"], "min": record["min"], "max": record["max"]})
+
+
+def _salt(raw: bytes | None) -> int | None:
+    if raw is None:
+        return -1
+    try:
+        salt = int(raw)
+    except ValueError:
+        return None
+    return salt if -1 <= salt < 100_000 else None
+
+
+def _reason_class(reason: str) -> str:
+    """A short, fixed reason class for counters (the full text goes into the dead letter)."""
+    for prefix in ("malformed id", "empty key", "value must be finite", "malformed streams-salt"):
+        if reason.startswith(prefix):
+            return prefix
+    return "undecodable payload"

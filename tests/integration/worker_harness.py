@@ -1,0 +1,117 @@
+"""Run the faust worker (``faust -A streams.app worker``) as a real subprocess for a test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from streams.config import TopicNames
+from streams.serde import AvroCodec
+
+FAUST = str(Path(sys.executable).parent / "faust")
+
+
+@dataclass
+class Worker:
+    """A running worker: its environment, topic names and log file."""
+
+    env: dict[str, str]
+    names: TopicNames
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([FAUST, "-A", "streams.app", "worker", "-l", "info", "--without-web"],
+                                     env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no final commit (a crash)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+def worker_env(bootstrap: str, **settings: Any) -> tuple[dict[str, str], TopicNames]:
+    tag = uuid.uuid4().hex[:8]
+    names = TopicNames(**{f: f"t{tag}.{getattr(TopicNames(), f).split('.', 1)[1]}" for f in TopicNames.__dataclass_fields__})
+    env = dict(os.environ, STREAMS_BOOTSTRAP_SERVERS=bootstrap, STREAMS_APP_ID=f"worker-{tag}",
+               STREAMS_INSTANCE=f"w-{tag}", PYTHONUNBUFFERED="1")
+    for name in TopicNames.__dataclass_fields__:
+        env[f"STREAMS_{name.upper()}"] = getattr(names, name)
+    for key, value in settings.items():
+        env[f"STREAMS_{key.upper()}"] = str(value)
+    return env, names
+
+
+@contextmanager
+def running_worker(bootstrap: str, tmp_path: Path, **settings: Any) -> Iterator[Worker]:
+    env, names = worker_env(bootstrap, **settings)
+    worker = Worker(env, names, tmp_path / f"worker-{env['STREAMS_APP_ID']}.log")
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+class TopicReader:
+    """Reads a topic from the beginning with a plain consumer (no group), decoding Avro."""
+
+    def __init__(self, bootstrap: str, topic: str, schema: str | None) -> None:
+        self.topic = topic
+        self.codec = AvroCodec(schema) if schema else None
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:8]}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        self.consumer.subscribe([topic])
+        self.records: list[tuple[bytes | None, Any]] = []
+
+    def poll(self, timeout: float = 0.3) -> int:
+        got = 0
+        for msg in self.consumer.consume(5000, timeout):
+            if msg.error() is not None:
+                continue
+            value = msg.value()
+            self.records.append((msg.key(), self.codec.decode(value) if (self.codec and value is not None) else value))
+            got += 1
+        return got
+
+    def until(self, predicate: Callable[[list[tuple[bytes | None, Any]]], bool], timeout: float,
+              worker: Worker | None = None) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.poll()
+            if predicate(self.records):
+                return True
+            if worker is not None and not worker.alive():
+                raise AssertionError("the worker died:\n" + worker.tail())
+        return predicate(self.records)
+
+    def close(self) -> None:
+        self.consumer.close()
