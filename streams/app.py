@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import uuid
 from typing import Any
@@ -112,6 +113,8 @@ _summaries: dict[str, SketchSummary] = {}
 
 @app.on_worker_init.connect
 def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - faust signal signature
+    if "--help" in sys.argv or "-h" in sys.argv:
+        return  # faust sends this signal even for `worker --help`: do not reach for the broker
     ensure_topics(kafka_settings.client_config(),
                   project_topic_specs(topic_names, partitions=worker_settings.partitions), timeout_s=30)
     if worker_settings.metrics_port:

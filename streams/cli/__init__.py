@@ -72,6 +72,9 @@ COMMANDS: list[str] = [
     "streams.cli.simulate",
     "streams.cli.inspect_id",
     "streams.cli.topics",
+    "streams.cli.worker",
+    "streams.cli.monitor",
+    "streams.cli.replay",
 ]
 # ----------------------------------------------------------------------------------------
 
