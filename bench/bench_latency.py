@@ -43,7 +43,7 @@ RATE = 600
 
 def round_trip_ms(bootstrap: str, topic: str, n: int = 20) -> float:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rt-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "latest", "fetch.wait.max.ms": 10})
+                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
     consumer.subscribe([topic])
     while not consumer.assignment():
         consumer.poll(0.1)
@@ -51,15 +51,27 @@ def round_trip_ms(bootstrap: str, topic: str, n: int = 20) -> float:
     times = []
     for i in range(n):
         began = time.perf_counter()
-        producer.produce(topic, str(i).encode(), b"rt")
+        producer.produce(topic, f"rt-{i}".encode(), b"rt")
         producer.flush(5)
-        while True:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None and msg.value() == str(i).encode():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None and msg.value() == f"rt-{i}".encode():
                 break
+        else:
+            raise SystemExit("round trip: a record did not come back within 10 s")
         times.append((time.perf_counter() - began) * 1000)
     consumer.close()
     return statistics.median(times)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def main() -> int:
@@ -85,9 +97,9 @@ def main() -> int:
                    **{f"STREAMS_{f.upper()}": getattr(names, f) for f in TopicNames.__dataclass_fields__})
         log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-latency-{tag}.log"
         worker = subprocess.Popen([str(Path(sys.executable).parent / "faust"), "-A", "streams.app", "worker",
-                                   "-l", "warn", "--without-web"], env=env, stdout=log.open("wb"),
+                                   "-l", "info", "--without-web"], env=env, stdout=log.open("wb"),
                                   stderr=subprocess.STDOUT)
-        stack.callback(lambda: (worker.terminate(), worker.wait(30)))
+        stack.callback(lambda: _stop(worker))
         router = Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=PARTITIONS, topic=names.events)])
         producer = RoutingProducer(router, client, hot_keys_topic=names.hot_keys)
         stack.callback(producer.close)
@@ -104,7 +116,7 @@ def main() -> int:
             sent += 1
             return producer.send(key, 1.0).salt
 
-        while time.monotonic() - began < 12:  # warm-up: the worker joins its group and fills a window
+        while time.monotonic() - began < 20:  # warm-up: the worker joins its group and fills a window
             send(f"bg-{rng.randrange(20_000)}")
         latencies = []
         for b in range(bursts):
@@ -117,10 +129,13 @@ def main() -> int:
                     break
             if split:
                 latencies.append((time.monotonic() - first) * 1000)
+            print(f"burst {b} ({key}) began {time.strftime('%H:%M:%S', time.localtime(time.time() - (time.monotonic() - first)))}"
+                  f": {'split after %.0f ms' % latencies[-1] if split else 'not split in 20 s'}",
+                  file=sys.stderr, flush=True)
             calm = time.monotonic()
             while time.monotonic() - calm < 4:  # let the burst cool down before the next one
                 send(f"bg-{rng.randrange(20_000)}")
-        rt = round_trip_ms(bootstrap, names.dead_letters)
+        rt = round_trip_ms(bootstrap, names.routing_maps)
     if not latencies:
         print(f"no burst was split; see {log}")
         return 1

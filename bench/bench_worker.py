@@ -35,6 +35,7 @@ from streams.routing import Router, RoutingMap  # noqa: E402
 from streams.serde import AvroCodec  # noqa: E402
 
 PARTITIONS = 4
+KEYS = 200  # per one-minute bucket: each closes with 200 partials and 200 aggregates
 FAUST = str(Path(sys.executable).parent / "faust")
 
 
@@ -99,7 +100,7 @@ def main() -> int:
         producer = RoutingProducer(router, {"bootstrap.servers": bootstrap})
         t0 = (int(time.time() * 1000) - 3_600_000) // 60_000 * 60_000
         for i in range(n):  # an hour ago, spread over ten one-minute buckets, in time order
-            producer.send(f"key-{i % 1000}", float(i % 100), ts_ms=t0 + i * 600_000 // n)
+            producer.send(f"key-{i % KEYS}", float(i % 100), ts_ms=t0 + i * 600_000 // n)
         producer.close()
         logs = Path(os.environ.get("TMPDIR", "/tmp"))
         base = run_worker(bootstrap, topic, n, "baseline_app", {}, logs / f"bench-baseline-{tag}.log")

@@ -13,11 +13,11 @@ named by ``STREAMS_CONFIG``). Agents and timers, one job each:
 * ``merge_partials`` (partials topic, keyed by the real key): stage 2, the exact
   merged aggregate per (bucket, key) into the compacted aggregates topic.
 
-Delivery guarantee: at-least-once, with state that is exact anyway. faust flushes
-its producer (so every changelog write) before it commits offsets; each stage-1
-entry remembers the source offset it last folded and skips records re-read after a
-crash; stage-2 slots are upserts. The cost is one changelog record per event and
-partial, the same as any faust table. faust's ``exactly_once`` (Kafka transactions)
+Delivery guarantee: at-least-once, with state that is exact anyway. Stage-1 changes
+are coalesced and written to the changelog every tick (or every FLUSH_EVERY records),
+and the source records are acknowledged only after that write; faust flushes its
+producer before it commits offsets. Each stage-1 entry remembers the source offset
+it last folded and skips records re-read after a crash; stage-2 slots are upserts. faust's ``exactly_once`` (Kafka transactions)
 was not chosen: it would also cover the late-event and dead-letter topics, but at
 the price of a transaction per commit interval and a producer per partition.
 """
@@ -33,6 +33,7 @@ from typing import Any
 
 import faust
 import orjson
+from confluent_kafka import Producer
 
 from streams.buckets import TimeBuckets, parse_duration
 from streams.config import KafkaSettings, TopicNames, WorkerSettings, load
@@ -69,14 +70,16 @@ app = faust.App(
     broker_heartbeat_interval=max(1.0, worker_settings.session_timeout_s / 3),
     table_standby_replicas=0,
     consumer_auto_offset_reset="earliest",
+    # Records are acknowledged after the flush that covers them (see _flush_and_ack);
+    # a stop or rebalance must not wait for acks that only the next tick would give.
+    # What was not acknowledged is read again and recognised as a duplicate.
+    stream_wait_empty=False,
 )
 
 _raw = {"key_serializer": "raw", "value_serializer": "raw"}
 events_topic = app.topic(topic_names.events, **_raw)
 partials_topic = app.topic(topic_names.partials, **_raw)
 sketches_topic = app.topic(topic_names.sketches, **_raw)
-_out = {role: app.topic(getattr(topic_names, role), **_raw)
-        for role in ("late_events", "dead_letters", "partials", "bucket_closed", "aggregates", "hot_keys")}
 _codecs = {
     "late_events": AvroCodec("late_event"), "dead_letters": AvroCodec("dead_letter"),
     "partials": AvroCodec("aggregate"), "aggregates": AvroCodec("aggregate"),
@@ -88,12 +91,47 @@ stage1_table = app.Table("stage1", partitions=worker_settings.partitions, schema
 stage2_table = app.Table("stage2", partitions=worker_settings.partitions, schema=_json)
 
 
+# Every record the worker writes (outputs and changelogs) goes through one librdkafka
+# producer: faust's own producer path costs ~10x more per record in Python. Records
+# are acknowledged to faust only after this producer has flushed (see _flush_and_ack),
+# so a committed offset never runs ahead of what reached the broker.
+_writer_instance: Producer | None = None
+_write_errors: list[str] = []
+
+
+def _writer() -> Producer:
+    """The worker's librdkafka producer, created on first use (not at import)."""
+    global _writer_instance
+    if _writer_instance is None:
+        _writer_instance = Producer(kafka_settings.client_config(**{
+            "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4"}))
+    return _writer_instance
+
+
+def _on_write(err: Any, _msg: Any) -> None:
+    if err is not None:
+        _write_errors.append(str(err))
+
+
+def _write(topic: str, key: bytes, value: bytes | None, partition: int | None = None) -> None:
+    writer = _writer()
+    while True:
+        try:
+            if partition is None:
+                writer.produce(topic, value, key, on_delivery=_on_write)
+            else:
+                writer.produce(topic, value, key, partition=partition, on_delivery=_on_write)
+            break
+        except BufferError:
+            writer.poll(0.05)  # local queue full: serve delivery reports to drain it
+    writer.poll(0)
+
+
 def _changelog(table: Any) -> Any:
+    """Write a table change as faust itself would: JSON key and value, the given partition."""
     def write(partition: int, key: str, value: Any) -> None:
-        if value is None:
-            table.send_changelog(partition, key, None, value_serializer="raw")
-        else:
-            table.send_changelog(partition, key, value)
+        _write(table.changelog_topic.get_topic_name(), orjson.dumps(key),
+               None if value is None else orjson.dumps(value), partition)
     return write
 
 
@@ -127,20 +165,59 @@ async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # no
 
 
 async def _send(output: Output) -> None:
-    await _out[output.role].send(key=output.key, value=_codecs[output.role].encode(output.record))
+    _write(getattr(topic_names, output.role), output.key, _codecs[output.role].encode(output.record))
     metrics.sent(output.role)
+
+
+def _flush_writes() -> None:
+    """Wait until every written record is acknowledged by the broker; raise if any failed."""
+    remaining = _writer().flush(30)
+    if remaining or _write_errors:
+        error = _write_errors[0] if _write_errors else f"{remaining} records unacknowledged after 30 s"
+        del _write_errors[:]
+        raise RuntimeError(f"the worker could not write to Kafka ({error}): stopping before acknowledging input")
+
+
+FLUSH_EVERY = 2000
+_unacked: list[Any] = []
+_unacked_partials: list[Any] = []
+_events_stream: Any = None
+_partials_stream: Any = None
+
+
+async def _flush_and_ack() -> None:
+    """Write coalesced stage-1 changes to the changelog, then acknowledge the records they cover.
+
+    Acks come strictly after the changelog writes, and faust flushes its producer
+    before it commits, so a committed offset never runs ahead of the stored state.
+    """
+    processor.checkpoint()
+    processor.store.flush()
+    _flush_writes()
+    for stream, pending in ((_events_stream, _unacked), (_partials_stream, _unacked_partials)):
+        if stream is None or not pending:
+            continue
+        batch = pending[:]
+        del pending[:]
+        for event in batch:
+            await stream.ack(event)
 
 
 @app.agent(events_topic)
 async def process_events(stream: Any) -> None:
     """Stage 1: every events record is folded, routed late, or dead-lettered."""
-    async for event in stream.events():
+    global _events_stream
+    _events_stream = manual = stream.noack()
+    async for event in manual.events():
         msg = event.message
         headers = {k: v for k, v in (msg.headers or ())} if msg.headers else {}
         outputs = processor.handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value, headers))
         metrics.event_in()
         for output in outputs:
             await _send(output)
+        _unacked.append(event)
+        if len(_unacked) >= FLUSH_EVERY:
+            await _flush_and_ack()
 
 
 @app.timer(interval=TICK_S)
@@ -151,7 +228,8 @@ async def tick() -> None:
     result = processor.tick()
     for output in result.outputs:
         await _send(output)
-    await sketches_topic.send(key=instance_id.encode(), value=orjson.dumps(result.summary.to_record()))
+    await _flush_and_ack()
+    _write(topic_names.sketches, instance_id.encode(), orjson.dumps(result.summary.to_record()))
     metrics.observe_tick(processor, result, decider)
     merger.expire(int(time.time() * 1000))
 
@@ -176,7 +254,7 @@ async def decide_hot_keys(stream: Any) -> None:
         for decision in decider.decide(view, now_s):
             key = canonical_key(decision.key)
             if decision.kind == "tombstone":
-                await _out["hot_keys"].send(key=key, value=None)
+                _write(topic_names.hot_keys, key, None)
             else:
                 now_ms = int(now_s * 1000)
                 record = {
@@ -186,15 +264,20 @@ async def decide_hot_keys(stream: Any) -> None:
                     "hot_since_ms": min(now_ms, int(decision.hot_since_s * 1000)), "map_version": 1,
                     "detector": instance_id,
                 }
-                await _out["hot_keys"].send(key=key, value=_codecs["hot_keys"].encode(record))
+                _write(topic_names.hot_keys, key, _codecs["hot_keys"].encode(record))
             metrics.decision(decision)
+            _writer().flush(5)  # a notice is latency-critical: do not let it linger
+            log.info("hot-key decision %s: %r split %d ways (%.0f events/s, %.1f%% of traffic)", decision.kind,
+                     decision.key[:100], decision.split_factor, decision.rate, 100 * decision.share)
 
 
 @app.agent(partials_topic)
 async def merge_partials(stream: Any) -> None:
     """Stage 2: upsert each partial's slot and emit the exact merged aggregate."""
+    global _partials_stream
     codec = _codecs["partials"]
-    async for event in stream.events():
+    _partials_stream = manual = stream.noack()
+    async for event in manual.events():
         msg = event.message
         try:
             partial = codec.decode(msg.value)
@@ -204,5 +287,8 @@ async def merge_partials(stream: Any) -> None:
                 "reason": f"bad partial: {exc}"[:1000], "field": None, "source_topic": msg.topic,
                 "source_partition": msg.partition, "source_offset": msg.offset,
                 "failed_at_ms": int(time.time() * 1000), "original_key": msg.key, "original": msg.value}))
-            continue
-        await _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged))
+        else:
+            await _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged))
+        _unacked_partials.append(event)  # acknowledged after the flush that covers its output
+        if len(_unacked_partials) >= FLUSH_EVERY:
+            await _flush_and_ack()

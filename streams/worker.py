@@ -15,9 +15,11 @@ events and sends what it returns. One :class:`EventProcessor` per worker process
 
 Stage-1 state lives in a :class:`Stage1Store`: a mapping (faust's table store in the
 worker) plus a changelog callback that writes each change to the changelog partition
-of the *source* partition. Each entry remembers the source offset it last folded, so
-a record re-read after a crash (at-least-once delivery) is recognised and skipped:
-the state is exact although delivery is not.
+of the *source* partition. Changes are coalesced: :meth:`Stage1Store.flush` writes
+each entry changed since the last flush once, and the worker acknowledges source
+records only after the flush that covers them. Each entry remembers the source
+offset it last folded, so a record re-read after a crash (at-least-once delivery) is
+recognised and skipped: the state is exact although delivery is not.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ class TickResult:
 @dataclass(frozen=True)
 class ProcessorCounts:
     """Conservation counters: ``received == on_time + late + too_old + dead_lettered``;
-    ``duplicates`` are re-read records already folded (counted in ``on_time``)."""
+    ``duplicates`` are records re-read after a restart whose effects were already
+    durable (not in ``received``), or re-read on-time records an entry had folded."""
 
     received: int
     on_time: int
@@ -104,23 +107,37 @@ class Stage1Store:
         self._changelog = changelog
         self._index: dict[int, set[str]] = {}
         self._live: dict[str, list[Any]] = {}  # entry key -> [partition, offsets, Stats]
+        self._dirty: set[str] = set()
         self._indexed_len = -1
 
-    def reindex(self) -> int:
-        """Rebuild the bucket index from ``data`` (after a changelog recovery); returns the closed-through index."""
+    def reindex(self) -> tuple[int, dict[int, int]]:
+        """Re-read ``data`` after faust recovered or dropped partitions of it.
+
+        Entries already live here are kept (they may hold folds not flushed yet);
+        entries new in ``data`` are loaded; entries gone from ``data`` (a revoked
+        partition) are forgotten. Returns the highest closed-through bucket index.
+        """
+        old = self._live
+        self._live = {}
         self._index.clear()
-        self._live.clear()
         closed = -1
+        processed: dict[int, int] = {}
         for key, value in list(self.data.items()):
             if key.startswith(_META):
-                closed = max(closed, int(value))
+                closed = max(closed, int(value["closed"]))
+                processed[int(key[len(_META):])] = int(value["offset"])
                 continue
-            index = int(key.split("|", 1)[0])
-            self._index.setdefault(index, set()).add(key)
-            partition, offsets, record = value
-            self._live[key] = [partition, dict(offsets), Stats.from_record(record)]
+            if key in old:
+                self._live[key] = old[key]
+            elif value is not None:
+                partition, offsets, record = value
+                self._live[key] = [partition, dict(offsets), Stats.from_record(record)]
+            else:
+                continue
+            self._index.setdefault(int(key.split("|", 1)[0]), set()).add(key)
+        self._dirty &= self._live.keys()
         self._indexed_len = len(self.data)
-        return closed
+        return closed, processed
 
     def fold(self, partition: int, offset: int, index: int, salt: int, key: str, value: float | None) -> bool:
         """Fold one on-time event in; False (and nothing changed) if this source offset was folded before.
@@ -137,14 +154,30 @@ class Stage1Store:
         offsets = entry[1]
         if offset <= offsets.get(str(partition), -1):
             return False
-        stats = entry[2]
-        stats.add(value)
+        entry[2].add(value)
         offsets[str(partition)] = offset
-        stored = [entry[0], dict(offsets), stats.to_record()]
-        self.data[entry_key] = stored
-        self._indexed_len = len(self.data)
-        self._changelog(entry[0], entry_key, stored)
+        if entry_key not in self.data:
+            self.data[entry_key] = None  # present now; the value is written by flush()
+            self._indexed_len = len(self.data)
+        self._dirty.add(entry_key)
         return True
+
+    def flush(self) -> int:
+        """Write every entry changed since the last flush to ``data`` and the changelog, once each.
+
+        The caller must flush before it acknowledges the source records folded
+        since the last flush: then a committed offset never runs ahead of the state
+        in the changelog. Returns how many entries were written.
+        """
+        dirty, self._dirty = self._dirty, set()
+        for entry_key in dirty:
+            entry = self._live.get(entry_key)
+            if entry is None:  # closed and removed since
+                continue
+            stored = [entry[0], dict(entry[1]), entry[2].to_record()]
+            self.data[entry_key] = stored
+            self._changelog(entry[0], entry_key, stored)
+        return len(dirty)
 
     def bucket_indexes(self) -> list[int]:
         """Bucket indexes that hold entries, oldest first."""
@@ -155,6 +188,7 @@ class Stage1Store:
         out = []
         for entry_key in sorted(self._index.pop(index, ())):
             partition, _, stats = self._live.pop(entry_key)
+            self._dirty.discard(entry_key)
             self.data.pop(entry_key, None)
             self._changelog(partition, entry_key, None)
             _, salt, key = entry_key.split("|", 2)
@@ -162,11 +196,17 @@ class Stage1Store:
         self._indexed_len = len(self.data)
         return out
 
-    def mark_closed(self, partitions: Iterable[int], index: int) -> None:
-        """Persist that buckets up to ``index`` are closed, for each source partition."""
-        for p in partitions:
-            self.data[f"{_META}{p}"] = index
-            self._changelog(p, f"{_META}{p}", index)
+    def checkpoint(self, closed_through: int, offsets: Mapping[int, int]) -> None:
+        """Persist, per source partition, the closed-through bucket index and the last
+        offset whose effects (state, outputs) are durable once this write is.
+
+        A restarted worker skips records at or below that offset: their effects,
+        late-event and dead-letter records included, are already in Kafka.
+        """
+        for p, offset in offsets.items():
+            value = {"closed": closed_through, "offset": offset}
+            self.data[f"{_META}{p}"] = value
+            self._changelog(p, f"{_META}{p}", value)
         self._indexed_len = len(self.data)
 
     @property
@@ -198,6 +238,8 @@ class EventProcessor:
         self._closed_through = -1
         self._duplicates = 0
         self._partitions: set[int] = set()
+        self._durable: dict[int, int] = {}  # partition -> last offset durable at the last checkpoint
+        self._handled: dict[int, int] = {}  # partition -> last offset handled since
 
     # -- partitions and recovery ----------------------------------------------------------
 
@@ -210,9 +252,19 @@ class EventProcessor:
 
     def recover(self) -> None:
         """Re-read the store after a changelog recovery: index entries, restore closed-through."""
-        closed = self.store.reindex()
+        closed, durable = self.store.reindex()
         if closed > self._closed_through:
             self._closed_through = closed
+        for p, offset in durable.items():
+            if offset > self._durable.get(p, -1):
+                self._durable[p] = offset
+
+    def checkpoint(self) -> None:
+        """Record progress in the store; call right before flushing it and acknowledging input."""
+        progressed = {p: o for p, o in self._handled.items() if o > self._durable.get(p, -1)}
+        if progressed:
+            self.store.checkpoint(self._closed_through, progressed)
+            self._durable.update(progressed)
 
     # -- per record ---------------------------------------------------------------------------
 
@@ -220,6 +272,10 @@ class EventProcessor:
         """Process one record; returns the late-event or dead-letter record to send, if any."""
         if self.store.stale:
             self.recover()
+        if msg.offset <= self._durable.get(msg.partition, -1):
+            self._duplicates += 1  # re-read after a restart: its effects are already in Kafka
+            return []
+        self._handled[msg.partition] = msg.offset
         now = self._clock_ms()
         codec = self._codecs.get(msg.headers.get("content-type", b""), self._default_codec)
         try:
@@ -311,8 +367,7 @@ class EventProcessor:
                 }))
                 labels.append(bucket.label)
             if closable > self._closed_through:
-                self._closed_through = closable
-                self.store.mark_closed(self._partitions, closable)
+                self._closed_through = closable  # persisted by the next checkpoint()
         summary = self.sketch.summary(now / 1000, top=256, instance=self.instance)
         return TickResult(tuple(outputs), summary, tuple(labels), watermark)
 

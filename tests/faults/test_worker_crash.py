@@ -42,7 +42,7 @@ def test_killing_and_restarting_a_worker_mid_stream_changes_no_final_aggregate(
 
         # Wait until the worker has folded part of the stream into its changelog, then crash it.
         changelog = TopicReader(kafka_bootstrap, f"{worker.env['STREAMS_APP_ID']}-stage1-changelog", None)
-        assert changelog.until(lambda rs: len(rs) >= 500, 60, worker), worker.tail()
+        assert changelog.until(lambda rs: len(rs) >= 40, 60, worker), worker.tail()
         changelog.close()
         worker.kill()
 

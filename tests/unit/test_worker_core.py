@@ -125,6 +125,9 @@ def test_a_restarted_worker_skips_records_it_had_folded_and_does_not_reopen_clos
     h.event("x", T0 + 60_000 + 20_000, 0.0, partition=1)
     h.processor.tick()  # closes bucket 1 only
     # "Recovery": a new processor over the same store, as faust rebuilds it from the changelog.
+    h.processor.checkpoint()
+    h.processor.store.flush()
+    assert {k for _, k, v in h.changelog if v is not None} >= {k for k in h.data if not k.startswith("meta|")}
     h2 = Harness(data=dict(h.data), clock=h.clock)
     for offset in range(0, 20):  # records re-read after the crash
         h2.event(f"k{offset % 5}", T0 + 60_000 + offset, float(offset), offset=offset)
