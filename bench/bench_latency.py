@@ -35,6 +35,7 @@ from streams.buckets import TimeBuckets  # noqa: E402
 from streams.config import TopicNames  # noqa: E402
 from streams.producer import RoutingProducer  # noqa: E402
 from streams.routing import Router, RoutingMap  # noqa: E402
+from streams.serde import AvroCodec  # noqa: E402
 from streams.topics import ensure_topics, project_topic_specs  # noqa: E402
 
 PARTITIONS = 6
@@ -65,6 +66,23 @@ def round_trip_ms(bootstrap: str, topic: str, n: int = 20) -> float:
     return statistics.median(times)
 
 
+def bucket_close_lags(bootstrap: str, topic: str) -> list[int]:
+    """closed_at - (bucket end + grace), in ms, of every bucket-closed record so far (grace is 0 here)."""
+    codec = AvroCodec("bucket_closed")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    lags: list[int] = []
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        for msg in consumer.consume(100, 0.5):
+            if msg.error() is None:
+                rec = codec.decode(msg.value())
+                lags.append(rec["closed_at_ms"] - rec["bucket_end_ms"])
+    consumer.close()
+    return lags
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
     try:
@@ -90,7 +108,7 @@ def main() -> int:
         client = {"bootstrap.servers": bootstrap}
         ensure_topics(client, project_topic_specs(names, partitions=PARTITIONS), timeout_s=30)
         env = dict(os.environ, STREAMS_BOOTSTRAP_SERVERS=bootstrap, STREAMS_APP_ID=f"lat-{tag}",
-                   STREAMS_PARTITIONS=str(PARTITIONS), STREAMS_BUCKET_WIDTH="1m", STREAMS_GRACE="0s",
+                   STREAMS_PARTITIONS=str(PARTITIONS), STREAMS_BUCKET_WIDTH="10s", STREAMS_GRACE="0s", STREAMS_ALLOWED_DELAY="0s",
                    STREAMS_IDLE_TIMEOUT="10s", STREAMS_HOT_WINDOW_S="1", STREAMS_HOT_SHARE_MULTIPLE="2",
                    STREAMS_COOL_SHARE_MULTIPLE="1", STREAMS_HOT_MIN_RATE="20", STREAMS_HOT_HOLD_S="2",
                    STREAMS_HOT_MIN_WINDOW_EVENTS="200", STREAMS_SESSION_TIMEOUT_S="6",
@@ -136,6 +154,7 @@ def main() -> int:
             while time.monotonic() - calm < 4:  # let the burst cool down before the next one
                 send(f"bg-{rng.randrange(20_000)}")
         rt = round_trip_ms(bootstrap, names.routing_maps)
+        close_lags = bucket_close_lags(bootstrap, names.bucket_closed)
     if not latencies:
         print(f"no burst was split; see {log}")
         return 1
@@ -149,6 +168,9 @@ def main() -> int:
     print(f"| produce→consume round trip (baseline) | {rt:.0f} | 1.0 |")
     print(f"| detection-to-split p50 | {p50:.0f} | {p50 / rt:.1f} |")
     print(f"| detection-to-split p95 | {p95:.0f} | {p95 / rt:.1f} |")
+    if close_lags:
+        print(f"| bucket close lag: closed_at - (end + grace), median of {len(close_lags)} | "
+              f"{statistics.median(close_lags):.0f} | {statistics.median(close_lags) / rt:.1f} |")
     return 0
 
 

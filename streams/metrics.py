@@ -34,10 +34,13 @@ class WorkerMetrics:
                                "wall clock at close minus the bucket's close time, last close", registry=r)
         self.rejected = Counter("streams_rejected_sketch_summaries", "malformed sketch summaries", registry=r)
         self._split_keys: set[str] = set()
+        self._serving: int | None = None
 
     def serve(self, port: int) -> None:
-        """Expose ``/metrics`` on ``port`` (all interfaces) from a daemon thread."""
-        start_http_server(port, registry=self.registry)
+        """Expose ``/metrics`` on ``port`` (all interfaces) from a daemon thread; once per process."""
+        if self._serving is None:
+            start_http_server(port, registry=self.registry)
+            self._serving = port
 
     def event_in(self) -> None:
         """Count one consumed record."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+import socket
 import time
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,6 +24,12 @@ WIDTH_MS = 5_000
 GRACE_MS = 1_000
 SETTINGS = dict(partitions=PARTITIONS, bucket_width="5s", grace="1s", allowed_delay="0s", idle_timeout="3s",
                 retention="1h", hot_min_rate=1e9, session_timeout_s=6)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def wait_for_topic(bootstrap: str, topic: str, timeout: float = 60) -> None:
@@ -137,7 +145,8 @@ def test_an_idle_partition_does_not_hold_a_bucket_open_past_the_idle_timeout(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     buckets = TimeBuckets("5s", grace="1s")
     t0 = (int(time.time() * 1000) - 300_000) // WIDTH_MS * WIDTH_MS
-    with running_worker(kafka_bootstrap, tmp_path, **SETTINGS) as worker:
+    metrics_port = free_port()
+    with running_worker(kafka_bootstrap, tmp_path, **SETTINGS, metrics_port=metrics_port) as worker:
         names = worker.names
         wait_for_topic(kafka_bootstrap, names.events)
         router = Router(buckets, [RoutingMap(version=1, partitions=PARTITIONS, topic=names.events)])
@@ -155,6 +164,13 @@ def test_an_idle_partition_does_not_hold_a_bucket_open_past_the_idle_timeout(
         assert closed.until(lambda rs: any(v["bucket"] == label for _, v in rs), 60, worker), worker.tail()
         record = next(v for _, v in closed.records if v["bucket"] == label)
         assert record["events"] == PARTITIONS
+        # The worker's Prometheus endpoint counts what it consumed and reports its watermark lag.
+        scrape = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in scrape.splitlines()
+                   if line and not line.startswith("#")}
+        assert samples["streams_worker_events_total"] == PARTITIONS + 20
+        assert samples["streams_watermark_lag_seconds"] > 0
+        assert samples['streams_worker_outputs_total{role="bucket_closed"}'] >= 1
         # The idle partitions stopped counting after the 3 s idle timeout, not at the end of the test.
         assert time.monotonic() - started < 30
         closed.close()

@@ -157,3 +157,21 @@ def test_replay_slot_and_repeated_partials_leave_the_merged_aggregate_unchanged(
     again = merger.apply(0, partial_record(bucket, "k", 0, s1))
     assert once == twice == again
     assert (once["count"], once["sum"], once["min"], once["max"]) == (4, 113.0, 1.0, 100.0)
+
+
+def test_a_worker_running_through_many_buckets_keeps_a_bounded_number_in_memory() -> None:
+    h = Harness()
+    most_open = 0
+    for b in range(300):  # five hours of one-minute buckets
+        for i in range(20):
+            ts = T0 + b * 60_000 + i * 3_000
+            h.clock.now = ts
+            h.event(f"k{i % 7}", ts, 1.0, partition=i % 2)
+        h.processor.tick()
+        h.processor.checkpoint()
+        h.processor.store.flush()
+        most_open = max(most_open, h.processor.open_buckets())
+    entries = [k for k in h.data if not k.startswith("meta|")]
+    assert most_open <= 2, "only the current bucket and the one in its grace period hold state"
+    assert len(entries) <= 2 * 7 * 2
+    assert h.processor.roller.tracked_bucket_count() <= 10 * 60_000 // 60_000 + 2  # retention 10 m of 1 m buckets
