@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
+from streams.checks import require
 from streams.errors import ConfigError
 
 __all__ = ["KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS"]
@@ -50,7 +51,7 @@ class KafkaSettings:
     client_properties: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _require(bool(self.bootstrap_servers.strip()), "bootstrap_servers", "a non-empty host:port list", self.bootstrap_servers)
+        require(bool(self.bootstrap_servers.strip()), "bootstrap_servers", "a non-empty host:port list", self.bootstrap_servers)
         for key, value in self.client_properties.items():
             if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
                 raise ConfigError(f"client_properties: {key!r} must map to a str, int, float or bool")
@@ -82,7 +83,7 @@ class TopicNames:
             name = getattr(self, f.name)
             plain = name.replace("{bucket}", "")
             ok = 0 < len(name) <= 200 and all(c.isascii() and (c.isalnum() or c in "._-") for c in plain)
-            _require(ok, f.name, "a Kafka topic name of [A-Za-z0-9._-], at most 200 characters", name)
+            require(ok, f.name, "a Kafka topic name of [A-Za-z0-9._-], at most 200 characters", name)
 
 
 @dataclass(frozen=True)
@@ -100,12 +101,12 @@ class ProducerSettings:
     follow_hot_keys: bool = True
 
     def __post_init__(self) -> None:
-        _require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
-        _require(self.placement in ("mod", "jump"), "placement", "'mod' or 'jump'", self.placement)
-        _require(self.hash in ("murmur2", "xxh3", "sha256"), "hash", "'murmur2', 'xxh3' or 'sha256'", self.hash)
-        _require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
-        _require(self.id_kind in ("uuid7", "snowflake"), "id_kind", "'uuid7' or 'snowflake'", self.id_kind)
-        _require(0 <= self.snowflake_worker <= 1023, "snowflake_worker", "an int in [0, 1023]", self.snowflake_worker)
+        require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
+        require(self.placement in ("mod", "jump"), "placement", "'mod' or 'jump'", self.placement)
+        require(self.hash in ("murmur2", "xxh3", "sha256"), "hash", "'murmur2', 'xxh3' or 'sha256'", self.hash)
+        require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
+        require(self.id_kind in ("uuid7", "snowflake"), "id_kind", "'uuid7' or 'snowflake'", self.id_kind)
+        require(0 <= self.snowflake_worker <= 1023, "snowflake_worker", "an int in [0, 1023]", self.snowflake_worker)
 
 
 @dataclass(frozen=True)
@@ -134,32 +135,29 @@ class WorkerSettings:
     session_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        _require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
-        _require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
-        _require(self.hot_window_s > 0, "hot_window_s", "a number > 0", self.hot_window_s)
-        _require(self.hot_share_multiple > 0, "hot_share_multiple", "a number > 0 (a multiple of the fair share)",
+        require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
+        require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
+        require(self.hot_window_s > 0, "hot_window_s", "a number > 0", self.hot_window_s)
+        require(self.hot_share_multiple > 0, "hot_share_multiple", "a number > 0 (a multiple of the fair share)",
                  self.hot_share_multiple)
-        _require(0 < self.cool_share_multiple <= self.hot_share_multiple, "cool_share_multiple",
+        require(0 < self.cool_share_multiple <= self.hot_share_multiple, "cool_share_multiple",
                  "a number in (0, hot_share_multiple]", self.cool_share_multiple)
-        _require(self.hot_min_rate >= 0, "hot_min_rate", "a number >= 0", self.hot_min_rate)
-        _require(self.hot_min_window_events >= 0, "hot_min_window_events", "an int >= 0",
+        require(self.hot_min_rate >= 0, "hot_min_rate", "a number >= 0", self.hot_min_rate)
+        require(self.hot_min_window_events >= 0, "hot_min_window_events", "an int >= 0",
                  self.hot_min_window_events)
-        _require(self.hot_hold_s >= 0, "hot_hold_s", "a number >= 0", self.hot_hold_s)
-        _require(self.target_partition_rate >= 0, "target_partition_rate", "a number >= 0 (0: the fair share)",
+        require(self.hot_hold_s >= 0, "hot_hold_s", "a number >= 0", self.hot_hold_s)
+        require(self.target_partition_rate >= 0, "target_partition_rate", "a number >= 0 (0: the fair share)",
                  self.target_partition_rate)
-        _require(0 < self.hot_split_fraction <= 1, "hot_split_fraction",
+        require(0 < self.hot_split_fraction <= 1, "hot_split_fraction",
                  "a number in (0, 1]: split pieces as a fraction of the fair share", self.hot_split_fraction)
-        _require(16 <= self.sketch_capacity <= 1_000_000, "sketch_capacity", "an int in [16, 1000000]", self.sketch_capacity)
-        _require(0 <= self.metrics_port <= 65535, "metrics_port", "an int in [0, 65535] (0: off)", self.metrics_port)
-        _require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
+        require(16 <= self.sketch_capacity <= 1_000_000, "sketch_capacity", "an int in [16, 1000000]", self.sketch_capacity)
+        require(0 <= self.metrics_port <= 65535, "metrics_port", "an int in [0, 65535] (0: off)", self.metrics_port)
+        require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
                  self.session_timeout_s)
-        _require(self.guarantee in ("at_least_once", "exactly_once"), "guarantee", "'at_least_once' or 'exactly_once'",
+        require(self.guarantee in ("at_least_once", "exactly_once"), "guarantee", "'at_least_once' or 'exactly_once'",
                  self.guarantee)
 
 
-def _require(ok: bool, name: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{name} must be {allowed}, got {value!r}")
 
 
 T = TypeVar("T")

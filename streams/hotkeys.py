@@ -37,7 +37,8 @@ from typing import Any, Literal, NamedTuple
 
 from datasketches import frequent_items_error_type, frequent_strings_sketch
 
-from streams.errors import ConfigError, HotKeyNoticeError
+from streams.checks import require
+from streams.errors import HotKeyNoticeError
 
 try:  # the C loop behind Counter.update, without its per-call isinstance check
     from collections import _count_elements  # type: ignore[attr-defined]
@@ -89,10 +90,10 @@ class SlidingSketch:
 
     def __init__(self, window_s: float, slices: int = 5, capacity: int = 1024) -> None:
         """Create an empty sketch. Raises ConfigError naming a bad argument."""
-        _require(isinstance(window_s, (int, float)) and not isinstance(window_s, bool)
+        require(isinstance(window_s, (int, float)) and not isinstance(window_s, bool)
                  and 0 < window_s <= MAX_WINDOW_S, "window_s", f"a number in (0, {MAX_WINDOW_S:g}]", window_s)
-        _require(slices.__class__ is int and 1 <= slices <= 1000, "slices", "an int in [1, 1000]", slices)
-        _require(capacity.__class__ is int and 16 <= capacity <= 1_000_000, "capacity",
+        require(slices.__class__ is int and 1 <= slices <= 1000, "slices", "an int in [1, 1000]", slices)
+        require(capacity.__class__ is int and 16 <= capacity <= 1_000_000, "capacity",
                  "an int in [16, 1000000]", capacity)
         self.window_s = float(window_s)
         self.slices = slices
@@ -160,7 +161,7 @@ class SlidingSketch:
         ``now_s`` is not finite, ConfigError if ``top`` is not in 1..MAX_SUMMARY_ITEMS,
         HotKeyNoticeError if ``instance`` is not a str of at most MAX_KEY_CHARS.
         """
-        _require(top.__class__ is int and 1 <= top <= MAX_SUMMARY_ITEMS, "top",
+        require(top.__class__ is int and 1 <= top <= MAX_SUMMARY_ITEMS, "top",
                  f"an int in [1, {MAX_SUMMARY_ITEMS}]", top)
         if not now_s < self._edge:
             self._advance(now_s)
@@ -305,9 +306,6 @@ class SketchSummary:
 _SUMMARY_FIELDS = frozenset(SketchSummary.__dataclass_fields__)
 
 
-def _require(ok: bool, name: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{name} must be {allowed}, got {value!r}")
 
 
 def _count(value: Any, name: str, high: int) -> int:
@@ -424,20 +422,20 @@ class HotKeyPolicy:
     max_hot_keys: int = 1000
 
     def __post_init__(self) -> None:
-        _require(self.partitions.__class__ is int and 2 <= self.partitions <= 2**31 - 1, "partitions",
+        require(self.partitions.__class__ is int and 2 <= self.partitions <= 2**31 - 1, "partitions",
                  "an int in [2, 2**31-1] (one partition cannot be split across)", self.partitions)
         for name in ("share_multiple", "min_rate", "cool_multiple", "hold_s", "target_partition_rate",
                      "target_fair_fraction"):
             value = getattr(self, name)
-            _require(value.__class__ in (int, float) and math.isfinite(value) and value >= 0, name,
+            require(value.__class__ in (int, float) and math.isfinite(value) and value >= 0, name,
                      "a finite number >= 0", value)
             object.__setattr__(self, name, float(value))
-        _require(self.share_multiple > 0, "share_multiple", "a number > 0", self.share_multiple)
-        _require(0 < self.target_fair_fraction <= 1, "target_fair_fraction", "a number in (0, 1]",
+        require(self.share_multiple > 0, "share_multiple", "a number > 0", self.share_multiple)
+        require(0 < self.target_fair_fraction <= 1, "target_fair_fraction", "a number in (0, 1]",
                  self.target_fair_fraction)
-        _require(0 < self.cool_multiple <= self.share_multiple, "cool_multiple",
+        require(0 < self.cool_multiple <= self.share_multiple, "cool_multiple",
                  "a number in (0, share_multiple]", self.cool_multiple)
-        _require(self.max_hot_keys.__class__ is int and 1 <= self.max_hot_keys <= 100_000, "max_hot_keys",
+        require(self.max_hot_keys.__class__ is int and 1 <= self.max_hot_keys <= 100_000, "max_hot_keys",
                  "an int in [1, 100000]", self.max_hot_keys)
 
     def thresholds(self, total_rate: float) -> tuple[float, float]:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.buckets import TimeBuckets
+from streams.checks import require
 from streams.errors import ConfigError
 from streams.hashing import canonical_key
 from streams.hotkeys import HotKeyPolicy, exact_hot_keys
@@ -87,17 +88,17 @@ class Workload:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _require(self.distribution in DISTRIBUTIONS, "distribution", f"one of {', '.join(DISTRIBUTIONS)}",
+        require(self.distribution in DISTRIBUTIONS, "distribution", f"one of {', '.join(DISTRIBUTIONS)}",
                  self.distribution)
-        _require(_is_int(self.keys) and 1 <= self.keys <= MAX_KEYS, "keys", f"an int in 1..{MAX_KEYS}", self.keys)
-        _require(_is_int(self.seed), "seed", "an int", self.seed)
+        require(_is_int(self.keys) and 1 <= self.keys <= MAX_KEYS, "keys", f"an int in 1..{MAX_KEYS}", self.keys)
+        require(_is_int(self.seed), "seed", "an int", self.seed)
         if self.distribution == "zipf":
-            _require(_is_number(self.zipf_exponent) and 0 < self.zipf_exponent <= 100, "zipf_exponent",
+            require(_is_number(self.zipf_exponent) and 0 < self.zipf_exponent <= 100, "zipf_exponent",
                      "a number in (0, 100]", self.zipf_exponent)
         if self.distribution == "tenants":
-            _require(_is_int(self.elephants) and 1 <= self.elephants < self.keys, "elephants",
+            require(_is_int(self.elephants) and 1 <= self.elephants < self.keys, "elephants",
                      f"an int in 1..keys-1 ({self.keys - 1})", self.elephants)
-            _require(_is_number(self.elephant_share) and 0 <= self.elephant_share <= 1, "elephant_share",
+            require(_is_number(self.elephant_share) and 0 <= self.elephant_share <= 1, "elephant_share",
                      "a number in 0..1", self.elephant_share)
 
     def key_name(self, index: int) -> str:
@@ -139,7 +140,7 @@ def iter_keys(workload: Workload) -> Iterator[str]:
 
 def generate_keys(workload: Workload, events: int) -> list[str]:
     """The first ``events`` keys of :func:`iter_keys`; raises ConfigError if ``events`` < 0."""
-    _require(_is_int(events) and events >= 0, "events", "an int >= 0", events)
+    require(_is_int(events) and events >= 0, "events", "an int >= 0", events)
     return list(itertools.islice(iter_keys(workload), events))
 
 
@@ -343,8 +344,8 @@ def simulate(
     ``share_multiple`` / ``min_rate``, RoutingMapError for a bad ``partitions``,
     ``placement`` or ``hash``, and InvalidKeyError for a key routing refuses.
     """
-    _require(len(keys) > 0, "keys", "at least one key", "none")
-    _require(_is_number(window_s) and window_s > 0, "window_s", "a number > 0", window_s)
+    require(len(keys) > 0, "keys", "at least one key", "none")
+    require(_is_number(window_s) and window_s > 0, "window_s", "a number > 0", window_s)
     routing_map = RoutingMap(version=1, partitions=partitions, topic=_SIM_TOPIC, placement=placement, hash=hash)
     router = Router(_SIM_BUCKETS, [routing_map], memo_size=1 << 20)
     policy = (HotKeyPolicy(partitions=partitions, share_multiple=share_multiple, min_rate=min_rate)
@@ -404,6 +405,3 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _require(ok: bool, name: str, allowed: str, value: object) -> None:
-    if not ok:
-        raise ConfigError(f"{name} must be {allowed}, got {value!r}")

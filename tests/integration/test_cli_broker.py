@@ -14,7 +14,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.buckets import TimeBuckets
@@ -22,6 +21,7 @@ from streams.config import TopicNames
 from streams.hashing import canonical_key, kafka_partition
 from streams.serde import AvroCodec, JsonCodec
 from streams.simulate import Workload, generate_keys
+from worker_harness import consume_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,21 +47,6 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
 
 def topics_now(bootstrap: str) -> set[str]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).topics)
-
-
-def consume_all(bootstrap: str, topic: str, expected: int, deadline_s: float = 60) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cli-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list = []
-    end = time.monotonic() + deadline_s
-    try:
-        while len(got) < expected and time.monotonic() < end:
-            got.extend(m for m in consumer.consume(5000, 0.5) if m.error() is None)
-        got.extend(m for m in consumer.consume(5000, 1.0) if m.error() is None)  # anything beyond: duplicates
-    finally:
-        consumer.close()
-    return got
 
 
 @pytest.fixture

@@ -6,12 +6,11 @@ import asyncio
 import random
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from streams.buckets import TimeBuckets
 from streams.errors import RoutingMapError
@@ -20,21 +19,7 @@ from streams.producer import RoutingProducer
 from streams.routing import Router, RoutingMap
 from streams.serde import AvroCodec, JsonCodec
 from streams.splits import HotKeyNotice
-
-
-def consume_all(bootstrap: str, topic: str, expected: int, deadline_s: float = 90) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chk-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got = []
-    end = time.monotonic() + deadline_s
-    try:
-        while len(got) < expected and time.monotonic() < end:
-            got.extend(m for m in consumer.consume(5000, 0.5) if m.error() is None)
-        got.extend(m for m in consumer.consume(5000, 1.0) if m.error() is None)  # anything beyond: duplicates
-    finally:
-        consumer.close()
-    return got
+from worker_harness import consume_all
 
 
 def test_100000_routed_events_land_where_the_router_decided_exactly_once_and_in_order(

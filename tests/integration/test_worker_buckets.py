@@ -17,7 +17,7 @@ from streams.buckets import TimeBuckets
 from streams.producer import RoutingProducer
 from streams.replay import replay_late
 from streams.routing import Router, RoutingMap
-from worker_harness import TopicReader, Worker, running_worker
+from worker_harness import TopicReader, running_worker
 
 PARTITIONS = 4
 WIDTH_MS = 5_000

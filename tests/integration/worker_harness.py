@@ -1,4 +1,4 @@
-"""Run the faust worker (``faust -A streams.app worker``) as a real subprocess for a test."""
+"""Shared integration-test helpers: run the faust worker as a real subprocess, read topics back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,23 @@ def running_worker(bootstrap: str, tmp_path: Path, **settings: Any) -> Iterator[
         yield worker
     finally:
         worker.stop()
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, deadline_s: float = 90) -> list[Any]:
+    """Every record of ``topic`` from the beginning, until ``expected`` arrived or the deadline;
+    then one more fetch, so duplicates beyond ``expected`` would show."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chk-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list[Any] = []
+    end = time.monotonic() + deadline_s
+    try:
+        while len(got) < expected and time.monotonic() < end:
+            got.extend(m for m in consumer.consume(5000, 0.5) if m.error() is None)
+        got.extend(m for m in consumer.consume(5000, 1.0) if m.error() is None)
+    finally:
+        consumer.close()
+    return got
 
 
 class TopicReader:
