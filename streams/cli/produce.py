@@ -32,6 +32,7 @@ from streams.cli import (
 from streams.cli.simulate import add_workload_arguments, workload_from
 from streams.config import ProducerSettings, TopicNames, load
 from streams.errors import StreamsError
+from streams.metrics import ProducerMetrics
 from streams.producer import DeliveryStats, RoutingProducer
 from streams.routing import BUCKET_PLACEHOLDER, HASHES, PLACEMENTS, Router, RoutingMap
 from streams.simulate import iter_keys
@@ -91,6 +92,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--flush-timeout", type=duration_s, default=30.0, metavar="S",
                         help="how long to wait for outstanding deliveries at the end (default: 30s)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--metrics-port", type=positive_int, metavar="PORT",
+                        help="expose the producer's counters for Prometheus on http://0.0.0.0:PORT/metrics")
     return parser
 
 
@@ -143,10 +146,15 @@ def run(args: argparse.Namespace) -> int:
                                snowflake_worker=settings.snowflake_worker, hot_keys_topic=args.hot_keys_topic,
                                producer_config={"allow.auto.create.topics": False})
     count = args.count if args.count is not None or args.duration is not None else DEFAULT_COUNT
+    observe = None
+    if args.metrics_port:
+        metrics = ProducerMetrics()
+        metrics.serve(args.metrics_port)
+        observe = lambda: metrics.update(producer)  # noqa: E731 - a one-line callback
     started = time.monotonic()
     with producer:
         sent, interrupted = _send(producer, iter_keys(workload), _values(args.value_field, workload.seed),
-                                  count=count, duration_s=args.duration, rate=args.rate)
+                                  count=count, duration_s=args.duration, rate=args.rate, observe=observe)
         stats = producer.close(timeout=args.flush_timeout)
     summary = _summary(stats, topic, partitions, settings, workload.describe(), time.monotonic() - started,
                        interrupted, template=BUCKET_PLACEHOLDER in topic)
@@ -189,11 +197,13 @@ def _values(kind: str, seed: int) -> Callable[[], float | None]:
 
 
 def _send(producer: RoutingProducer, keys: Iterator[str], value: Callable[[], float | None], *,
-          count: int | None, duration_s: float | None, rate: float) -> tuple[int, bool]:
+          count: int | None, duration_s: float | None, rate: float,
+          observe: Callable[[], None] | None = None) -> tuple[int, bool]:
     """Send until ``count`` events or ``duration_s`` seconds; paced to ``rate`` events/s (0: unpaced).
 
     Pacing never spins: when ahead of schedule it blocks in ``producer.poll`` (which
-    serves delivery reports meanwhile). Returns (events sent, interrupted by Ctrl-C).
+    serves delivery reports meanwhile). ``observe`` runs with each progress update
+    (metrics). Returns (events sent, interrupted by Ctrl-C).
     """
     limit = math.inf if count is None else count
     interval = 1.0 / rate if rate > 0 else 0.0
@@ -217,6 +227,8 @@ def _send(producer: RoutingProducer, keys: Iterator[str], value: Callable[[], fl
                 sent += 1
                 if not sent % _PROGRESS_EVERY:
                     progress.update(sent)
+                    if observe is not None:
+                        observe()
         except KeyboardInterrupt:
             return sent, True
         finally:

@@ -214,3 +214,33 @@ def test_topics_roll_dry_run_changes_nothing_and_roll_creates_ahead_and_deletes_
         assert created_parts == dict.fromkeys(done["created"], 2)
     finally:
         delete_if_there(kafka_bootstrap, sorted(ours()))
+
+
+def test_produce_exposes_its_delivery_counters_to_prometheus_while_it_runs(
+        kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
+    import socket
+    import urllib.error
+    import urllib.request
+
+    topic = make_topic("metrics", partitions=3)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
+    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "produce", "--bootstrap-server", kafka_bootstrap,
+                             "--topic", topic, "--count", "4000", "--rate", "1000", "--metrics-port", str(port),
+                             "--json"], env=clean, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and seen.get("streams_producer_delivered", 0) <= 0:
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        except (urllib.error.URLError, ConnectionError):
+            continue  # the server is not up yet
+        seen = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                if line and not line.startswith("#")}
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert 0 < seen["streams_producer_delivered"] <= seen["streams_producer_sent"] < 4000
+    assert seen["streams_producer_failed"] == 0
+    assert orjson.loads(out)["delivered"] == 4000
