@@ -108,7 +108,7 @@ def main() -> int:
         client = {"bootstrap.servers": bootstrap}
         ensure_topics(client, project_topic_specs(names, partitions=PARTITIONS), timeout_s=30)
         env = dict(os.environ, STREAMS_BOOTSTRAP_SERVERS=bootstrap, STREAMS_APP_ID=f"lat-{tag}",
-                   STREAMS_PARTITIONS=str(PARTITIONS), STREAMS_BUCKET_WIDTH="10s", STREAMS_GRACE="0s", STREAMS_ALLOWED_DELAY="0s",
+                   STREAMS_PARTITIONS=str(PARTITIONS), STREAMS_BUCKET_WIDTH="1m", STREAMS_GRACE="0s", STREAMS_ALLOWED_DELAY="0s",
                    STREAMS_IDLE_TIMEOUT="10s", STREAMS_HOT_WINDOW_S="1", STREAMS_HOT_SHARE_MULTIPLE="2",
                    STREAMS_COOL_SHARE_MULTIPLE="1", STREAMS_HOT_MIN_RATE="20", STREAMS_HOT_HOLD_S="2",
                    STREAMS_HOT_MIN_WINDOW_EVENTS="200", STREAMS_SESSION_TIMEOUT_S="6",
@@ -135,14 +135,14 @@ def main() -> int:
             return producer.send(key, 1.0).salt
 
         while time.monotonic() - began < 20:  # warm-up: the worker joins its group and fills a window
-            send(f"bg-{rng.randrange(20_000)}")
+            send(f"bg-{rng.randrange(2_000)}")
         latencies = []
         for b in range(bursts):
             key = f"burst-{b}-{tag}"
             first = time.monotonic()
             split = False
             while time.monotonic() - first < 20:
-                if send(key if rng.random() < 0.5 else f"bg-{rng.randrange(20_000)}") >= 0:
+                if send(key if rng.random() < 0.5 else f"bg-{rng.randrange(2_000)}") >= 0:
                     split = True
                     break
             if split:
@@ -152,7 +152,7 @@ def main() -> int:
                   file=sys.stderr, flush=True)
             calm = time.monotonic()
             while time.monotonic() - calm < 4:  # let the burst cool down before the next one
-                send(f"bg-{rng.randrange(20_000)}")
+                send(f"bg-{rng.randrange(2_000)}")
         rt = round_trip_ms(bootstrap, names.routing_maps)
         close_lags = bucket_close_lags(bootstrap, names.bucket_closed)
     if not latencies:

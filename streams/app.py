@@ -48,6 +48,30 @@ from streams.worker import EventProcessor, InMessage, Output, Stage1Store
 
 log = logging.getLogger("streams.app")
 
+
+def _cap_fetch_wait(max_wait_ms: int = 100) -> None:
+    """faust-streaming hard-codes aiokafka's ``fetch_max_wait_ms=1500``; cap it.
+
+    With 1.5 s a partition that had no data when a fetch went out can wait that long
+    for its next records, which showed up as 0.5-2 s of consumer lag at a few hundred
+    events/s, and hot-key detection inherits every millisecond of it.
+    """
+    import aiokafka
+
+    original = aiokafka.AIOKafkaConsumer
+
+    class _Consumer(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["fetch_max_wait_ms"] = min(kwargs.get("fetch_max_wait_ms", max_wait_ms), max_wait_ms)
+            super().__init__(*args, **kwargs)
+
+    # faust's driver builds its consumer as ``aiokafka.AIOKafkaConsumer(...)``; this worker
+    # process owns the module, so replacing the class there is the narrowest hook.
+    aiokafka.AIOKafkaConsumer = _Consumer  # type: ignore[misc]
+
+
+_cap_fetch_wait()
+
 TICK_S = float(os.environ.get("STREAMS_TICK_S", "0.25"))
 
 worker_settings = load(WorkerSettings)
