@@ -23,6 +23,7 @@ configuration never appear in logs or errors (:func:`streams.config.redact`).
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +48,9 @@ DEFAULT_PRODUCER_CONFIG: dict[str, Any] = {
     "linger.ms": 5,
     "compression.type": "lz4",
     "queue.buffering.max.messages": 500_000,
+    # Looking up a topic's partition count must not create it on a broker with
+    # auto.create.topics.enable=true: a missing topic is an error, not a default.
+    "allow.auto.create.topics": False,
 }
 
 
@@ -222,15 +226,22 @@ class RoutingProducer:
 
     # -- topic checks, lifecycle ------------------------------------------------------------
 
-    def _check_topic(self, topic: str) -> None:
-        try:
-            md = self._producer.list_topics(topic, timeout=10)
-        except KafkaException as exc:
-            raise RoutingMapError(f"cannot read the partition count of topic {topic!r}: {exc}") from None
-        info = md.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            reason = info.error if info is not None else "no metadata"
-            raise RoutingMapError(f"topic {topic!r} does not exist or has no partitions ({reason})")
+    def _check_topic(self, topic: str, *, settle_s: float = 5.0) -> None:
+        # A topic created a moment ago can be missing from the broker's metadata for a
+        # short while (UNKNOWN_TOPIC_OR_PART): ask again for up to ``settle_s``.
+        deadline = time.monotonic() + settle_s
+        while True:
+            try:
+                md = self._producer.list_topics(topic, timeout=10)
+            except KafkaException as exc:
+                raise RoutingMapError(f"cannot read the partition count of topic {topic!r}: {exc}") from None
+            info = md.topics.get(topic)
+            if info is not None and info.error is None and info.partitions:
+                break
+            if time.monotonic() >= deadline:
+                reason = info.error if info is not None else "no metadata"
+                raise RoutingMapError(f"topic {topic!r} does not exist or has no partitions ({reason})")
+            time.sleep(0.1)  # metadata polling interval while a new topic propagates
         actual = len(info.partitions)
         expected = self.router.current.partitions
         if actual != expected and actual not in {m.partitions for m in self.router.maps}:

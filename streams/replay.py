@@ -140,7 +140,8 @@ def replay_late(client_config: Mapping[str, Any], late_topic: str, partials_topi
         if stats is None:
             stats = groups[(start, event["key"])] = Stats.empty()
         stats.add(event["value"])
-    producer = Producer({**client_config, "enable.idempotence": True, "acks": "all"})
+    producer = Producer({**client_config, "enable.idempotence": True, "acks": "all",
+                         "allow.auto.create.topics": False})
     codec = AvroCodec("aggregate")
     labels = set()
     failures: list[str] = []

@@ -143,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
     router = Router(buckets, [RoutingMap(version=1, partitions=partitions, topic=topic,
                                          placement=settings.placement, hash=settings.hash)])
     producer = RoutingProducer(router, config, serializer=settings.serializer, id_kind=settings.id_kind,
-                               snowflake_worker=settings.snowflake_worker, hot_keys_topic=args.hot_keys_topic,
-                               producer_config={"allow.auto.create.topics": False})
+                               snowflake_worker=settings.snowflake_worker, hot_keys_topic=args.hot_keys_topic)
     count = args.count if args.count is not None or args.duration is not None else DEFAULT_COUNT
     observe = None
     if args.metrics_port:
