@@ -37,7 +37,7 @@ from confluent_kafka import Producer
 
 from streams.buckets import TimeBuckets, parse_duration
 from streams.config import KafkaSettings, TopicNames, WorkerSettings, load
-from streams.errors import HotKeyNoticeError, SerializationError
+from streams.errors import ConfigError, HotKeyNoticeError, SerializationError
 from streams.hashing import canonical_key
 from streams.hotkeys import HotKeyDecider, HotKeyPolicy, SketchSummary, merge_summaries
 from streams.merge import PartialMerger
@@ -77,6 +77,11 @@ TICK_S = float(os.environ.get("STREAMS_TICK_S", "0.25"))
 worker_settings = load(WorkerSettings)
 kafka_settings = load(KafkaSettings)
 topic_names = load(TopicNames)
+if "{bucket}" in topic_names.events:
+    # Producers and `streams topics roll` support topic-per-bucket; the worker does not
+    # consume it yet (faust cannot add topics to a running subscription). Say so at start.
+    raise ConfigError(f"the worker consumes one events topic; {topic_names.events!r} is a per-bucket template "
+                      "(topic-per-bucket consumption is not implemented yet)")
 instance_id = os.environ.get("STREAMS_INSTANCE", f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:4]}")
 
 app = faust.App(
@@ -185,7 +190,7 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
 
 @app.on_partitions_assigned.connect
 async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # noqa: ARG001
-    processor.assign(tp.partition for tp in assigned if tp.topic == topic_names.events)
+    processor.assign((tp.topic, tp.partition) for tp in assigned if tp.topic == topic_names.events)
 
 
 async def _send(output: Output) -> None:

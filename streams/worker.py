@@ -44,6 +44,8 @@ from streams.watermark import WatermarkTracker
 __all__ = ["InMessage", "Output", "TickResult", "Stage1Store", "EventProcessor", "ProcessorCounts"]
 
 _META = "meta|"
+
+Source = tuple[str, int]  # (topic, partition) a record was read from
 _NULL = Aggregation(empty=lambda: None, add=lambda a, v: None, to_record=lambda a: None, from_record=lambda r: None)
 
 
@@ -110,7 +112,7 @@ class Stage1Store:
         self._dirty: set[str] = set()
         self._indexed_len = -1
 
-    def reindex(self) -> tuple[int, dict[int, int]]:
+    def reindex(self) -> tuple[int, dict[Source, int]]:
         """Re-read ``data`` after faust recovered or dropped partitions of it.
 
         Entries already live here are kept (they may hold folds not flushed yet);
@@ -121,11 +123,12 @@ class Stage1Store:
         self._live = {}
         self._index.clear()
         closed = -1
-        processed: dict[int, int] = {}
+        processed: dict[Source, int] = {}
         for key, value in list(self.data.items()):
             if key.startswith(_META):
+                topic, partition = key[len(_META):].rsplit("|", 1)
                 closed = max(closed, int(value["closed"]))
-                processed[int(key[len(_META):])] = int(value["offset"])
+                processed[(topic, int(partition))] = int(value["offset"])
                 continue
             if key in old:
                 self._live[key] = old[key]
@@ -139,23 +142,26 @@ class Stage1Store:
         self._indexed_len = len(self.data)
         return closed, processed
 
-    def fold(self, partition: int, offset: int, index: int, salt: int, key: str, value: float | None) -> bool:
+    def fold(self, source: Source, offset: int, index: int, salt: int, key: str, value: float | None) -> bool:
         """Fold one on-time event in; False (and nothing changed) if this source offset was folded before.
 
-        An entry normally hears from one source partition (a salted key sits on one
-        partition per bucket), but offsets are remembered per partition, so records
-        of a key produced elsewhere with another partitioner are folded correctly too.
+        An entry normally hears from one source (a salted key sits on one partition
+        per bucket), but offsets are remembered per (topic, partition), so records of
+        a key produced elsewhere with another partitioner are folded correctly too.
+        The entry is changelogged to the partition number of its first source.
         """
+        topic, partition = source
         entry_key = f"{index}|{salt}|{key}"
         entry = self._live.get(entry_key)
         if entry is None:
             entry = self._live[entry_key] = [partition, {}, Stats.empty()]
             self._index.setdefault(index, set()).add(entry_key)
         offsets = entry[1]
-        if offset <= offsets.get(str(partition), -1):
+        source_key = f"{topic}|{partition}"
+        if offset <= offsets.get(source_key, -1):
             return False
         entry[2].add(value)
-        offsets[str(partition)] = offset
+        offsets[source_key] = offset
         if entry_key not in self.data:
             self.data[entry_key] = None  # present now; the value is written by flush()
             self._indexed_len = len(self.data)
@@ -196,17 +202,17 @@ class Stage1Store:
         self._indexed_len = len(self.data)
         return out
 
-    def checkpoint(self, closed_through: int, offsets: Mapping[int, int]) -> None:
-        """Persist, per source partition, the closed-through bucket index and the last
-        offset whose effects (state, outputs) are durable once this write is.
+    def checkpoint(self, closed_through: int, offsets: Mapping[Source, int]) -> None:
+        """Persist, per source (topic, partition), the closed-through bucket index and
+        the last offset whose effects (state, outputs) are durable once this write is.
 
         A restarted worker skips records at or below that offset: their effects,
         late-event and dead-letter records included, are already in Kafka.
         """
-        for p, offset in offsets.items():
+        for (topic, p), offset in offsets.items():
             value = {"closed": closed_through, "offset": offset}
-            self.data[f"{_META}{p}"] = value
-            self._changelog(p, f"{_META}{p}", value)
+            self.data[f"{_META}{topic}|{p}"] = value
+            self._changelog(p, f"{_META}{topic}|{p}", value)
         self._indexed_len = len(self.data)
 
     @property
@@ -237,31 +243,38 @@ class EventProcessor:
         self._default_codec = self._codecs[CONTENT_TYPE[settings.serializer]]
         self._closed_through = -1
         self._duplicates = 0
-        self._partitions: set[int] = set()
-        self._durable: dict[int, int] = {}  # partition -> last offset durable at the last checkpoint
-        self._handled: dict[int, int] = {}  # partition -> last offset handled since
+        self._sources: set[Source] = set()
+        self._source_ids: dict[Source, int] = {}  # the watermark tracker numbers its inputs
+        self._durable: dict[Source, int] = {}  # last offset durable at the last checkpoint
+        self._handled: dict[Source, int] = {}  # last offset handled since
 
     # -- partitions and recovery ----------------------------------------------------------
 
-    def assign(self, partitions: Iterable[int]) -> None:
-        """The events partitions this worker now owns (after a rebalance)."""
-        new = set(partitions)
-        self.watermarks.revoke(self._partitions - new)
-        self.watermarks.assign(new, self._clock_ms())
-        self._partitions = new
+    def assign(self, sources: Iterable[Source]) -> None:
+        """The events (topic, partition)s this worker now owns (after a rebalance)."""
+        new = set(sources)
+        self.watermarks.revoke(self._source_id(s) for s in self._sources - new)
+        self.watermarks.assign((self._source_id(s) for s in new), self._clock_ms())
+        self._sources = new
+
+    def _source_id(self, source: Source) -> int:
+        sid = self._source_ids.get(source)
+        if sid is None:
+            sid = self._source_ids[source] = len(self._source_ids)
+        return sid
 
     def recover(self) -> None:
         """Re-read the store after a changelog recovery: index entries, restore closed-through."""
         closed, durable = self.store.reindex()
         if closed > self._closed_through:
             self._closed_through = closed
-        for p, offset in durable.items():
-            if offset > self._durable.get(p, -1):
-                self._durable[p] = offset
+        for source, offset in durable.items():
+            if offset > self._durable.get(source, -1):
+                self._durable[source] = offset
 
     def checkpoint(self) -> None:
         """Record progress in the store; call right before flushing it and acknowledging input."""
-        progressed = {p: o for p, o in self._handled.items() if o > self._durable.get(p, -1)}
+        progressed = {s: o for s, o in self._handled.items() if o > self._durable.get(s, -1)}
         if progressed:
             self.store.checkpoint(self._closed_through, progressed)
             self._durable.update(progressed)
@@ -272,10 +285,11 @@ class EventProcessor:
         """Process one record; returns the late-event or dead-letter record to send, if any."""
         if self.store.stale:
             self.recover()
-        if msg.offset <= self._durable.get(msg.partition, -1):
+        source = (msg.topic, msg.partition)
+        if msg.offset <= self._durable.get(source, -1):
             self._duplicates += 1  # re-read after a restart: its effects are already in Kafka
             return []
-        self._handled[msg.partition] = msg.offset
+        self._handled[source] = msg.offset
         now = self._clock_ms()
         codec = self._codecs.get(msg.headers.get("content-type", b""), self._default_codec)
         try:
@@ -298,7 +312,7 @@ class EventProcessor:
         if salt is None:
             return [self._dead_letter(msg, "malformed streams-salt header", "streams-salt", now, event["ts_ms"])]
         ts = event["ts_ms"]
-        placement = self.roller.add(key, ts, None, now, partition=msg.partition)
+        placement = self.roller.add(key, ts, None, now, partition=self._source_id(source))
         kind = placement.kind
         if kind is PlacementKind.ON_TIME:
             bucket = placement.bucket
@@ -306,7 +320,7 @@ class EventProcessor:
             if bucket.index <= self._closed_through:  # closed before a restart: the roller cannot know
                 return [self._late(msg, event, bucket.index, ts, now, "bucket closed")]
             self.sketch.add(key, now / 1000)
-            if not self.store.fold(msg.partition, msg.offset, bucket.index, salt, key, value):
+            if not self.store.fold(source, msg.offset, bucket.index, salt, key, value):
                 self._duplicates += 1
             return []
         if kind in (PlacementKind.LATE, PlacementKind.TOO_OLD):

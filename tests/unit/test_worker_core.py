@@ -37,7 +37,7 @@ class Harness:
         self.processor = EventProcessor(
             SETTINGS, Stage1Store(self.data, lambda p, k, v: self.changelog.append((p, k, v))),
             instance="test", clock_ms=self.clock)
-        self.processor.assign([0, 1])
+        self.processor.assign([("events", 0), ("events", 1)])
         self.offsets = defaultdict(int)
         self.ids = UUIDv7Generator()
 
