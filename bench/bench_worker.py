@@ -76,7 +76,11 @@ def run_worker(bootstrap: str, topic: str, n: int, app: str, env_extra: dict[str
         return (n - first[1]) / max(end - first[0], 1e-9)
     finally:
         proc.terminate()
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def main() -> int:
