@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from common import broker, stop  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from streams.buckets import TimeBuckets  # noqa: E402
@@ -83,26 +84,13 @@ def bucket_close_lags(bootstrap: str, topic: str) -> list[int]:
     return lags
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     bursts = 5 if args.quick else 15
     with ExitStack() as stack:
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            from kafka_local import LocalKafka
-
-            bootstrap = stack.enter_context(LocalKafka()).bootstrap
+        bootstrap = broker(stack)
         tag = uuid.uuid4().hex[:6]
         names = TopicNames(**{f: f"lat-{tag}.{f.replace('_', '-')}" for f in TopicNames.__dataclass_fields__})
         client = {"bootstrap.servers": bootstrap}
@@ -117,7 +105,7 @@ def main() -> int:
         worker = subprocess.Popen([str(Path(sys.executable).parent / "faust"), "-A", "streams.app", "worker",
                                    "-l", "info", "--without-web"], env=env, stdout=log.open("wb"),
                                   stderr=subprocess.STDOUT)
-        stack.callback(lambda: _stop(worker))
+        stack.callback(stop, worker)
         router = Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=PARTITIONS, topic=names.events)])
         producer = RoutingProducer(router, client, hot_keys_topic=names.hot_keys)
         stack.callback(producer.close)

@@ -13,7 +13,6 @@ the last delivery, on the same local broker, alternating rounds. Goal: >= 0.7.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import orjson  # noqa: E402
+from common import broker  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -79,11 +79,7 @@ def main() -> int:
     rng = random.Random(3)
     keys = [f"tenant-{int(rng.paretovariate(1.1)) % 100_000}" for _ in range(n)]
     with ExitStack() as stack:
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            from kafka_local import LocalKafka
-
-            bootstrap = stack.enter_context(LocalKafka()).bootstrap
+        bootstrap = broker(stack)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         topic = f"bench-{uuid.uuid4().hex[:6]}"
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)

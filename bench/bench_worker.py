@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from common import broker, stop  # noqa: E402
 from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -75,12 +76,7 @@ def run_worker(bootstrap: str, topic: str, n: int, app: str, env_extra: dict[str
         # From the first commit on: excludes start-up (imports, group join) from the rate.
         return (n - first[1]) / max(end - first[0], 1e-9)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop(proc)
 
 
 def main() -> int:
@@ -89,11 +85,7 @@ def main() -> int:
     args = parser.parse_args()
     n = 20_000 if args.quick else 60_000
     with ExitStack() as stack:
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            from kafka_local import LocalKafka
-
-            bootstrap = stack.enter_context(LocalKafka()).bootstrap
+        bootstrap = broker(stack)
         tag = uuid.uuid4().hex[:6]
         topic = f"bench-events-{tag}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
