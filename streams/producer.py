@@ -136,7 +136,6 @@ class RoutingProducer:
         self._codec = codec_for(serializer, "event")
         self._content_type = CONTENT_TYPE[serializer]
         self._stamper = _Stamper(id_kind, snowflake_worker)
-        self._id_kind_header = id_kind.encode()
         self._headers = headers
         self._check_partitions = check_partitions
         self._checked_topics: dict[str, int] = {}
@@ -194,7 +193,7 @@ class RoutingProducer:
             "value": value, "attributes": attributes or {},
         })
         headers = [
-            ("streams-id-kind", id_kind.encode()), ("streams-bucket", decision.bucket_label.encode()),
+            ("streams-id-kind", _KIND_HEADER[id_kind]), ("streams-bucket", decision.bucket_label.encode()),
             ("streams-map-version", b"%d" % decision.map_version), ("streams-salt", b"%d" % decision.salt),
             ("content-type", self._content_type),
         ] if self._headers else None
@@ -300,6 +299,7 @@ class RoutingProducer:
 
 
 _INF = float("inf")
+_KIND_HEADER = {"uuid7": b"uuid7", "snowflake": b"snowflake"}  # encoded once, not per event
 
 
 def _finite(value: object) -> float:

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import xxhash
 
 from streams.buckets import MAX_TIMESTAMP_MS, TimeBuckets, check_timestamp
+from streams.checks import require_fields
 from streams.errors import ConfigError, InvalidIdError, RoutingMapError
 from streams.hashing import canonical_key, jump_hash, murmur2_partitioner, sha256_64, sha256_int
 from streams.splits import HotKeyNotice, SplitTable, event_id_bytes, salted_key, salted_partition
@@ -192,14 +193,7 @@ class RoutingMap:
         Raises RoutingMapError if ``record`` is not a mapping, lacks a field, has an
         unknown one, or a value has the wrong type (bool is not an int) or range.
         """
-        if not isinstance(record, Mapping):
-            raise RoutingMapError(f"routing map record must be a mapping, got {type(record).__name__}")
-        missing = _MAP_FIELDS - record.keys()
-        if missing:
-            raise RoutingMapError(f"routing map record is missing field(s) {sorted(missing)}")
-        extra = record.keys() - _MAP_FIELDS
-        if extra:
-            raise RoutingMapError(f"routing map record has unknown field(s) {sorted(map(str, extra))}")
+        require_fields(record, _MAP_FIELDS, "routing map record", RoutingMapError)
         return cls(**{name: record[name] for name in _MAP_FIELDS})
 
 

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from streams.checks import require_fields
 from streams.errors import ConfigError, HotKeyNoticeError, InvalidIdError
 from streams.hashing import xxh3_64
 
@@ -219,14 +220,7 @@ class HotKeyNotice:
         Raises HotKeyNoticeError if ``record`` is not a mapping, lacks a field, has
         an unknown one, or any value has the wrong type (bool is not an int) or range.
         """
-        if not isinstance(record, Mapping):
-            raise HotKeyNoticeError(f"hot-key notice must be a mapping, got {type(record).__name__}")
-        missing = _FIELDS - record.keys()
-        if missing:
-            raise HotKeyNoticeError(f"hot-key notice is missing field(s) {sorted(missing)}")
-        extra = record.keys() - _FIELDS
-        if extra:
-            raise HotKeyNoticeError(f"hot-key notice has unknown field(s) {sorted(map(str, extra))}")
+        require_fields(record, _FIELDS, "hot-key notice", HotKeyNoticeError)
         return cls(**{name: record[name] for name in _FIELDS})
 
 
