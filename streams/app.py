@@ -14,11 +14,12 @@ named by ``STREAMS_CONFIG``). Agents and timers, one job each:
   merged aggregate per (bucket, key) into the compacted aggregates topic.
 
 Delivery guarantee: at-least-once, with state that is exact anyway. Stage-1 changes
-are coalesced and written to the changelog every tick (or every FLUSH_EVERY records),
-and the source records are acknowledged only after that write; faust flushes its
-producer before it commits offsets. Each stage-1 entry remembers the source offset
-it last folded and skips records re-read after a crash; stage-2 slots are upserts. faust's ``exactly_once`` (Kafka transactions)
-was not chosen: it would also cover the late-event and dead-letter topics, but at
+are coalesced and written to the changelog every tick (or every FLUSH_EVERY records)
+in the crash-safe order of :meth:`EventProcessor.persist`, and the source records are
+acknowledged only after that; faust flushes its producer before it commits offsets.
+Each stage-1 entry remembers the source offset it last folded and skips records
+re-read after a crash; stage-2 slots are upserts. faust's ``exactly_once`` (Kafka
+transactions) was not chosen: it would also cover the late-event and dead-letter topics, but at
 the price of a transaction per commit interval and a producer per partition.
 """
 
@@ -193,7 +194,7 @@ async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # no
     processor.assign((tp.topic, tp.partition) for tp in assigned if tp.topic == topic_names.events)
 
 
-async def _send(output: Output) -> None:
+def _send(output: Output) -> None:
     _write(getattr(topic_names, output.role), output.key, _codecs[output.role].encode(output.record))
     metrics.sent(output.role)
 
@@ -215,14 +216,13 @@ _partials_stream: Any = None
 
 
 async def _flush_and_ack() -> None:
-    """Write coalesced stage-1 changes to the changelog, then acknowledge the records they cover.
+    """Make stage-1 changes and outputs durable, then acknowledge the records they cover.
 
-    Acks come strictly after the changelog writes, and faust flushes its producer
-    before it commits, so a committed offset never runs ahead of the stored state.
+    :meth:`EventProcessor.persist` orders the writes so any crash is survivable; acks
+    come after it, and faust flushes its producer before it commits, so a committed
+    offset never runs ahead of the stored state.
     """
-    processor.checkpoint()
-    processor.store.flush()
-    _flush_writes()
+    processor.persist(_flush_writes)
     for stream, pending in ((_events_stream, _unacked), (_partials_stream, _unacked_partials)):
         if stream is None or not pending:
             continue
@@ -243,7 +243,7 @@ async def process_events(stream: Any) -> None:
         outputs = processor.handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value, headers))
         metrics.event_in()
         for output in outputs:
-            await _send(output)
+            _send(output)
         _unacked.append(event)
         if len(_unacked) >= FLUSH_EVERY:
             await _flush_and_ack()
@@ -254,9 +254,11 @@ async def tick() -> None:
     """Close due buckets and publish this instance's sketch summary."""
     if app.rebalancing:
         return
+    # No await between the close and the checkpoint (persist runs before the first ack
+    # yields): no record may be handled against a close that is not yet checkpointed.
     result = processor.tick()
     for output in result.outputs:
-        await _send(output)
+        _send(output)
     await _flush_and_ack()
     _write(topic_names.sketches, instance_id.encode(), orjson.dumps(result.summary.to_record()))
     metrics.observe_tick(processor, result, decider)
@@ -312,12 +314,12 @@ async def merge_partials(stream: Any) -> None:
             partial = codec.decode(msg.value)
             merged = merger.apply(msg.partition, partial)
         except SerializationError as exc:
-            await _send(Output("dead_letters", msg.key or b"", {
+            _send(Output("dead_letters", msg.key or b"", {
                 "reason": f"bad partial: {exc}"[:1000], "field": None, "source_topic": msg.topic,
                 "source_partition": msg.partition, "source_offset": msg.offset,
                 "failed_at_ms": int(time.time() * 1000), "original_key": msg.key, "original": msg.value}))
         else:
-            await _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged))
+            _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged))
         _unacked_partials.append(event)  # acknowledged after the flush that covers its output
         if len(_unacked_partials) >= FLUSH_EVERY:
             await _flush_and_ack()

@@ -157,6 +157,10 @@ class WatermarkTracker:
         chosen = lowest if any_active else highest
         return None if chosen is None else chosen - self.allowed_delay_ms
 
+    def max_event_ts(self, partition: int) -> int | None:
+        """The largest event time seen on ``partition`` (None if none, or unknown partition)."""
+        return self._max_ts.get(partition)
+
     @property
     def floor_ms(self) -> int | None:
         """The last low watermark returned (None if none yet); no clock needed."""

@@ -20,6 +20,21 @@ each entry changed since the last flush once, and the worker acknowledges source
 records only after the flush that covers them. Each entry remembers the source
 offset it last folded, so a record re-read after a crash (at-least-once delivery) is
 recognised and skipped: the state is exact although delivery is not.
+
+A crash may cut the worker's writes anywhere, and records on different partitions
+reach the broker in no fixed order, so the worker makes them durable in three steps
+(see ``_flush_and_ack`` in :mod:`streams.app`), each only after the one before it is
+acknowledged by the broker:
+
+1. changed entries and every output (partials of closed buckets, late events, dead letters);
+2. the checkpoint (:meth:`EventProcessor.checkpoint`): per source, the last offset
+   handled and the highest closed bucket — it vouches for what step 1 made durable;
+3. tombstones of closed buckets' entries (:meth:`Stage1Store.release_closed`).
+
+A tombstone that reached the broker before its bucket's partial would lose the
+bucket; one that reached it before the checkpoint would let re-read records reopen a
+bucket that had been emitted. If a crash comes after step 2 but before step 3's
+tombstones are durable, :meth:`Stage1Store.reindex` drops the leftover entries.
 """
 
 from __future__ import annotations
@@ -28,7 +43,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from streams.aggregate import Stats
 from streams.buckets import TimeBuckets, parse_duration
@@ -41,7 +56,7 @@ from streams.roller import BucketRoller
 from streams.serde import CONTENT_TYPE, AvroCodec, JsonCodec
 from streams.watermark import WatermarkTracker
 
-__all__ = ["InMessage", "Output", "TickResult", "Stage1Store", "EventProcessor", "ProcessorCounts"]
+__all__ = ["InMessage", "Output", "TickResult", "Checkpoint", "Stage1Store", "EventProcessor", "ProcessorCounts"]
 
 _META = "meta|"
 
@@ -81,6 +96,16 @@ class TickResult:
     watermark_ms: int | None
 
 
+class Checkpoint(NamedTuple):
+    """A source's durable progress: buckets through ``closed`` have durable partials, the
+    effects of records through ``offset`` are durable, and ``max_ts_ms`` is the largest
+    event time seen on it (restores its watermark, as Kafka Streams restores stream time)."""
+
+    closed: int
+    offset: int
+    max_ts_ms: int | None
+
+
 @dataclass(frozen=True)
 class ProcessorCounts:
     """Conservation counters: ``received == on_time + late + too_old + dead_lettered``;
@@ -100,8 +125,9 @@ class Stage1Store:
 
     ``data`` maps entry keys to ``[changelog partition, {source partition: last offset}, stats record]``;
     ``changelog(partition, key, value)`` persists a change (``value`` None deletes).
-    Meta entries ``meta|<partition>`` remember the highest closed bucket index, so a
-    restarted worker does not reopen a bucket it already emitted.
+    Meta entries ``meta|<topic>|<partition>`` remember the highest closed bucket index
+    and the last durable offset of a source, so a restarted worker does not reopen a
+    bucket it already emitted.
     """
 
     def __init__(self, data: MutableMapping[str, Any], changelog: Callable[[int, str, Any], None]) -> None:
@@ -110,37 +136,52 @@ class Stage1Store:
         self._index: dict[int, set[str]] = {}
         self._live: dict[str, list[Any]] = {}  # entry key -> [partition, offsets, Stats]
         self._dirty: set[str] = set()
+        self._closed: list[tuple[int, str]] = []  # (changelog partition, entry key) awaiting a tombstone
         self._indexed_len = -1
 
-    def reindex(self) -> tuple[int, dict[Source, int]]:
+    def reindex(self) -> dict[Source, Checkpoint]:
         """Re-read ``data`` after faust recovered or dropped partitions of it.
 
         Entries already live here are kept (they may hold folds not flushed yet);
         entries new in ``data`` are loaded; entries gone from ``data`` (a revoked
-        partition) are forgotten. Returns the highest closed-through bucket index.
+        partition) are forgotten. A recovered entry whose bucket the checkpoint of its
+        changelog partition says was closed is dropped: its partial was durable before
+        that checkpoint was written, only its tombstone was lost in a crash.
+        Returns the recovered checkpoint of every source.
         """
         old = self._live
         self._live = {}
         self._index.clear()
-        closed = -1
-        processed: dict[Source, int] = {}
-        for key, value in list(self.data.items()):
+        items = list(self.data.items())
+        checkpoints: dict[Source, Checkpoint] = {}
+        closed_by_partition: dict[int, int] = {}
+        for key, value in items:
             if key.startswith(_META):
                 topic, partition = key[len(_META):].rsplit("|", 1)
-                closed = max(closed, int(value["closed"]))
-                processed[(topic, int(partition))] = int(value["offset"])
+                source = (topic, int(partition))
+                max_ts = value.get("max_ts")
+                checkpoints[source] = Checkpoint(int(value["closed"]), int(value["offset"]),
+                                                 None if max_ts is None else int(max_ts))
+                closed_by_partition[source[1]] = max(closed_by_partition.get(source[1], -1), int(value["closed"]))
+        for key, value in items:
+            if key.startswith(_META):
                 continue
+            index = int(key.split("|", 1)[0])
             if key in old:
                 self._live[key] = old[key]
             elif value is not None:
                 partition, offsets, record = value
+                if index <= closed_by_partition.get(partition, -1):
+                    del self.data[key]
+                    self._changelog(partition, key, None)
+                    continue
                 self._live[key] = [partition, dict(offsets), Stats.from_record(record)]
             else:
                 continue
-            self._index.setdefault(int(key.split("|", 1)[0]), set()).add(key)
+            self._index.setdefault(index, set()).add(key)
         self._dirty &= self._live.keys()
         self._indexed_len = len(self.data)
-        return closed, processed
+        return checkpoints
 
     def fold(self, source: Source, offset: int, index: int, salt: int, key: str, value: float | None) -> bool:
         """Fold one on-time event in; False (and nothing changed) if this source offset was folded before.
@@ -190,27 +231,42 @@ class Stage1Store:
         return sorted(self._index)
 
     def take_bucket(self, index: int) -> list[tuple[int, str, Stats]]:
-        """Remove and return the entries of one bucket as (salt, key, stats)."""
+        """Remove and return the entries of one bucket as (salt, key, stats).
+
+        Their changelog tombstones wait for :meth:`release_closed`: the caller must
+        first make the bucket's partials and then a checkpoint durable.
+        """
         out = []
         for entry_key in sorted(self._index.pop(index, ())):
             partition, _, stats = self._live.pop(entry_key)
             self._dirty.discard(entry_key)
             self.data.pop(entry_key, None)
-            self._changelog(partition, entry_key, None)
+            self._closed.append((partition, entry_key))
             _, salt, key = entry_key.split("|", 2)
             out.append((int(salt), key, stats))
         self._indexed_len = len(self.data)
         return out
 
-    def checkpoint(self, closed_through: int, offsets: Mapping[Source, int]) -> None:
-        """Persist, per source (topic, partition), the closed-through bucket index and
-        the last offset whose effects (state, outputs) are durable once this write is.
+    def release_closed(self) -> int:
+        """Write the tombstones of every entry taken since the last call; returns how many.
 
-        A restarted worker skips records at or below that offset: their effects,
+        Call only once the partials of those entries and a checkpoint recording
+        their buckets as closed are acknowledged by the broker.
+        """
+        closed, self._closed = self._closed, []
+        for partition, entry_key in closed:
+            if entry_key not in self.data:  # not re-created since (a bucket is never reopened)
+                self._changelog(partition, entry_key, None)
+        return len(closed)
+
+    def checkpoint(self, progress: Mapping[Source, Checkpoint]) -> None:
+        """Persist the checkpoint of each source (topic, partition) given.
+
+        A restarted worker skips records at or below its offset: their effects,
         late-event and dead-letter records included, are already in Kafka.
         """
-        for (topic, p), offset in offsets.items():
-            value = {"closed": closed_through, "offset": offset}
+        for (topic, p), cp in progress.items():
+            value = {"closed": cp.closed, "offset": cp.offset, "max_ts": cp.max_ts_ms}
             self.data[f"{_META}{topic}|{p}"] = value
             self._changelog(p, f"{_META}{topic}|{p}", value)
         self._indexed_len = len(self.data)
@@ -241,7 +297,9 @@ class EventProcessor:
         self.sketch = SlidingSketch(settings.hot_window_s, capacity=settings.sketch_capacity)
         self._codecs = {CONTENT_TYPE["json"]: JsonCodec("event"), CONTENT_TYPE["avro"]: AvroCodec("event")}
         self._default_codec = self._codecs[CONTENT_TYPE[settings.serializer]]
-        self._closed_through = -1
+        self._closed_through = -1  # the highest bucket this process closed
+        self._checkpointed_closed = -1  # ... as of the last checkpoint
+        self._recovered_closed: dict[Source, int] = {}  # per source, from the checkpoints recovered
         self._duplicates = 0
         self._sources: set[Source] = set()
         self._source_ids: dict[Source, int] = {}  # the watermark tracker numbers its inputs
@@ -265,19 +323,58 @@ class EventProcessor:
 
     def recover(self) -> None:
         """Re-read the store after a changelog recovery: index entries, restore closed-through."""
-        closed, durable = self.store.reindex()
-        if closed > self._closed_through:
-            self._closed_through = closed
-        for source, offset in durable.items():
-            if offset > self._durable.get(source, -1):
-                self._durable[source] = offset
+        now = self._clock_ms()
+        for source, cp in self.store.reindex().items():
+            if cp.closed > self._recovered_closed.get(source, -1):
+                self._recovered_closed[source] = cp.closed
+            if cp.offset > self._durable.get(source, -1):
+                self._durable[source] = cp.offset
+            if cp.max_ts_ms is not None and source in self._sources:
+                # Without this, a partition whose re-read records are all duplicates would
+                # hold the low watermark until its idle timeout.
+                self.watermarks.observe(self._source_id(source), cp.max_ts_ms, now)
 
-    def checkpoint(self) -> None:
-        """Record progress in the store; call right before flushing it and acknowledging input."""
+    def checkpoint(self) -> bool:
+        """Record progress (offsets handled, buckets closed) in the store; True if anything was written.
+
+        Call only once the stage-1 entries and the outputs of everything handled so
+        far are acknowledged by the broker: the checkpoint vouches for them.
+        """
         progressed = {s: o for s, o in self._handled.items() if o > self._durable.get(s, -1)}
-        if progressed:
-            self.store.checkpoint(self._closed_through, progressed)
-            self._durable.update(progressed)
+        if self._closed_through > self._checkpointed_closed:
+            # A close with no new records still has to be recorded for every source we own.
+            progressed.update({s: self._durable.get(s, -1) for s in self._sources if s not in progressed})
+        if not progressed:
+            return False
+        self.store.checkpoint({s: Checkpoint(self._closed_for(s), o, self.watermarks.max_event_ts(self._source_id(s)))
+                               for s, o in progressed.items()})
+        self._durable.update(progressed)
+        self._checkpointed_closed = self._closed_through
+        return True
+
+    def _closed_for(self, source: Source) -> int:
+        """The highest bucket index closed for records of ``source``.
+
+        Per source, not global: after a crash some sources' checkpoints may have
+        reached the broker and others not, and a source whose checkpoint did not must
+        fold its re-read records into the buckets they belong to again.
+        """
+        return max(self._closed_through, self._recovered_closed.get(source, -1))
+
+    def persist(self, flush: Callable[[], None]) -> None:
+        """Make everything handled so far durable, in the order that survives any crash.
+
+        ``flush()`` must return only once the broker acknowledged every record written
+        so far (and raise otherwise). Entries and outputs first, then the checkpoint
+        that vouches for them, then closed buckets' tombstones (durable by the next
+        flush; recovery drops the entries if a crash loses them). Acknowledge the
+        input records only after this returns.
+        """
+        self.store.flush()
+        flush()
+        if self.checkpoint():
+            flush()
+        self.store.release_closed()
 
     # -- per record ---------------------------------------------------------------------------
 
@@ -317,7 +414,7 @@ class EventProcessor:
         if kind is PlacementKind.ON_TIME:
             bucket = placement.bucket
             assert bucket is not None
-            if bucket.index <= self._closed_through:  # closed before a restart: the roller cannot know
+            if bucket.index <= self._closed_for(source):  # closed before a restart: the roller cannot know
                 return [self._late(msg, event, bucket.index, ts, now, "bucket closed")]
             self.sketch.add(key, now / 1000)
             if not self.store.fold(source, msg.offset, bucket.index, salt, key, value):
@@ -353,7 +450,12 @@ class EventProcessor:
     # -- per tick -----------------------------------------------------------------------------
 
     def tick(self) -> TickResult:
-        """Close due buckets (emit-on-close) and summarise the hot-key sketch."""
+        """Close due buckets (emit-on-close) and summarise the hot-key sketch.
+
+        Send the outputs and call :meth:`persist` before handling another record: a
+        record classified late against a close that is not yet checkpointed would be
+        folded instead if a crash lost that checkpoint, and counted twice.
+        """
         if self.store.stale:
             self.recover()
         now = self._clock_ms()

@@ -58,7 +58,9 @@ def test_killing_and_restarting_a_worker_mid_stream_changes_no_final_aggregate(
         done = aggregates.until(lambda rs: all(aggregates_by_slot(rs).get(slot, {}).get("count") == s.count
                                                for slot, s in oracle.items()), 120, worker)
         got = aggregates_by_slot(aggregates.records)
-        assert done, f"{sum(1 for s in oracle if s not in got)} slots missing:\n{worker.tail()}"
+        wrong = {slot: (got.get(slot, {}).get("count"), s.count) for slot, s in oracle.items()
+                 if got.get(slot, {}).get("count") != s.count}
+        assert done, f"{len(wrong)} slots wrong, (bucket, key): (count, expected) {wrong}:\n{worker.tail()}"
         aggregates.poll(2.0)
         got = aggregates_by_slot(aggregates.records)
         for slot, stats in oracle.items():

@@ -125,8 +125,7 @@ def test_a_restarted_worker_skips_records_it_had_folded_and_does_not_reopen_clos
     h.event("x", T0 + 60_000 + 20_000, 0.0, partition=1)
     h.processor.tick()  # closes bucket 1 only
     # "Recovery": a new processor over the same store, as faust rebuilds it from the changelog.
-    h.processor.checkpoint()
-    h.processor.store.flush()
+    h.processor.persist(lambda: None)
     assert {k for _, k, v in h.changelog if v is not None} >= {k for k in h.data if not k.startswith("meta|")}
     h2 = Harness(data=dict(h.data), clock=h.clock)
     for offset in range(0, 20):  # records re-read after the crash
@@ -168,8 +167,7 @@ def test_a_worker_running_through_many_buckets_keeps_a_bounded_number_in_memory(
             h.clock.now = ts
             h.event(f"k{i % 7}", ts, 1.0, partition=i % 2)
         h.processor.tick()
-        h.processor.checkpoint()
-        h.processor.store.flush()
+        h.processor.persist(lambda: None)
         most_open = max(most_open, h.processor.open_buckets())
     entries = [k for k in h.data if not k.startswith("meta|")]
     assert most_open <= 2, "only the current bucket and the one in its grace period hold state"
