@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Detection-to-split latency on the loopback broker: p50 and p95.
 
-    .venv/bin/python bench/bench_latency.py [--quick]
+    .venv/bin/python bench/bench_latency.py [--quick] [--window SECONDS]
 
 A worker (``faust -A streams.app worker``) and a ``RoutingProducer`` following the
 hot-keys topic run against the local broker. A steady background stream (uniform
@@ -87,6 +87,8 @@ def bucket_close_lags(bootstrap: str, topic: str) -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--window", type=float, default=1.0,
+                        help="the detector's sliding window in seconds (STREAMS_HOT_WINDOW_S; default 1)")
     args = parser.parse_args()
     bursts = 5 if args.quick else 15
     with ExitStack() as stack:
@@ -97,7 +99,7 @@ def main() -> int:
         ensure_topics(client, project_topic_specs(names, partitions=PARTITIONS), timeout_s=30)
         env = dict(os.environ, STREAMS_BOOTSTRAP_SERVERS=bootstrap, STREAMS_APP_ID=f"lat-{tag}",
                    STREAMS_PARTITIONS=str(PARTITIONS), STREAMS_BUCKET_WIDTH="1m", STREAMS_GRACE="0s", STREAMS_ALLOWED_DELAY="0s",
-                   STREAMS_IDLE_TIMEOUT="10s", STREAMS_HOT_WINDOW_S="1", STREAMS_HOT_SHARE_MULTIPLE="2",
+                   STREAMS_IDLE_TIMEOUT="10s", STREAMS_HOT_WINDOW_S=str(args.window), STREAMS_HOT_SHARE_MULTIPLE="2",
                    STREAMS_COOL_SHARE_MULTIPLE="1", STREAMS_HOT_MIN_RATE="20", STREAMS_HOT_HOLD_S="2",
                    STREAMS_HOT_MIN_WINDOW_EVENTS="200", STREAMS_SESSION_TIMEOUT_S="6",
                    **{f"STREAMS_{f.upper()}": getattr(names, f) for f in TopicNames.__dataclass_fields__})
@@ -149,11 +151,12 @@ def main() -> int:
     latencies.sort()
     p50 = statistics.median(latencies)
     p95 = latencies[min(len(latencies) - 1, int(round(0.95 * (len(latencies) - 1))))]
-    print(f"`python bench/bench_latency.py{' --quick' if args.quick else ''}` — {len(latencies)}/{bursts} bursts "
-          f"split, {PARTITIONS} partitions, {RATE} events/s, 1 s window, local broker\n")
+    flags = (" --quick" if args.quick else "") + (f" --window {args.window:g}" if args.window != 1.0 else "")
+    print(f"`python bench/bench_latency.py{flags}` — {len(latencies)}/{bursts} bursts "
+          f"split, {PARTITIONS} partitions, {RATE} events/s, {args.window:g} s window, local broker\n")
     print("| measure | ms | ratio to one produce→consume round trip |")
     print("| --- | ---: | ---: |")
-    print(f"| produce→consume round trip (baseline) | {rt:.0f} | 1.0 |")
+    print(f"| produce→consume round trip (baseline) | {rt:.1f} | 1.0 |")
     print(f"| detection-to-split p50 | {p50:.0f} | {p50 / rt:.1f} |")
     print(f"| detection-to-split p95 | {p95:.0f} | {p95 / rt:.1f} |")
     if close_lags:
