@@ -22,13 +22,13 @@ offset it last folded, so a record re-read after a crash (at-least-once delivery
 recognised and skipped: the state is exact although delivery is not.
 
 A crash may cut the worker's writes anywhere, and records on different partitions
-reach the broker in no fixed order, so the worker makes them durable in three steps
-(see ``_flush_and_ack`` in :mod:`streams.app`), each only after the one before it is
-acknowledged by the broker:
+reach the broker in no fixed order, so :meth:`EventProcessor.persist` makes them
+durable in three steps, each only after the broker acknowledged the one before:
 
 1. changed entries and every output (partials of closed buckets, late events, dead letters);
 2. the checkpoint (:meth:`EventProcessor.checkpoint`): per source, the last offset
-   handled and the highest closed bucket — it vouches for what step 1 made durable;
+   handled, the highest closed bucket and the largest event time seen — it vouches
+   for what step 1 made durable;
 3. tombstones of closed buckets' entries (:meth:`Stage1Store.release_closed`).
 
 A tombstone that reached the broker before its bucket's partial would lose the
@@ -255,7 +255,7 @@ class Stage1Store:
         """
         closed, self._closed = self._closed, []
         for partition, entry_key in closed:
-            if entry_key not in self.data:  # not re-created since (a bucket is never reopened)
+            if entry_key not in self.data:  # defensive: never delete an entry that is live again
                 self._changelog(partition, entry_key, None)
         return len(closed)
 
