@@ -19,8 +19,9 @@ in the crash-safe order of :meth:`EventProcessor.persist`, and the source record
 acknowledged only after that; faust flushes its producer before it commits offsets.
 Each stage-1 entry remembers the source offset it last folded and skips records
 re-read after a crash; stage-2 slots are upserts. faust's ``exactly_once`` (Kafka
-transactions) was not chosen: it would also cover the late-event and dead-letter topics, but at
-the price of a transaction per commit interval and a producer per partition.
+transactions) was not chosen: it would also cover the late-event and dead-letter
+topics, but at the price of a transaction per commit interval and a producer per
+partition.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ class Stage1Store:
                 max_ts = value.get("max_ts")
                 checkpoints[source] = Checkpoint(int(value["closed"]), int(value["offset"]),
                                                  None if max_ts is None else int(max_ts))
-                closed_by_partition[source[1]] = max(closed_by_partition.get(source[1], -1), int(value["closed"]))
+                closed_by_partition[source[1]] = max(closed_by_partition.get(source[1], -1), checkpoints[source].closed)
         for key, value in items:
             if key.startswith(_META):
                 continue
@@ -322,7 +322,8 @@ class EventProcessor:
         return sid
 
     def recover(self) -> None:
-        """Re-read the store after a changelog recovery: index entries, restore closed-through."""
+        """Re-read the store after a changelog recovery: index entries and restore, per
+        source, the closed-through bucket, the durable offset and the watermark."""
         now = self._clock_ms()
         for source, cp in self.store.reindex().items():
             if cp.closed > self._recovered_closed.get(source, -1):
