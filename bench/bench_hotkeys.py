@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streams.hotkeys import SlidingSketch  # noqa: E402
+from streams.core.hotkeys.sketch import SlidingSketch
 
 WINDOW_S = 10.0
 BATCH = 500

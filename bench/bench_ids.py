@@ -33,7 +33,7 @@ import uuid6  # noqa: E402
 import uuid_utils  # noqa: E402
 import uuid_utils.compat  # noqa: E402
 
-from streams.ids import TWITTER_LAYOUT, Snowflake, UUIDv7Generator, uuid7  # noqa: E402
+from streams.core.ids import TWITTER_LAYOUT, Snowflake, UUIDv7Generator, uuid7
 
 BATCH = 1000
 

@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from common import broker, stop  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
-from streams.buckets import TimeBuckets  # noqa: E402
-from streams.config import TopicNames  # noqa: E402
-from streams.producer import RoutingProducer  # noqa: E402
-from streams.routing import Router, RoutingMap  # noqa: E402
-from streams.serde import AvroCodec  # noqa: E402
-from streams.topics import ensure_topics, project_topic_specs  # noqa: E402
+from streams.core.config import TopicNames
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.serde import AvroCodec
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.admin import ensure_topics, project_topic_specs
+from streams.kafka.producer import RoutingProducer
 
 PARTITIONS = 6
 RATE = 600

@@ -28,9 +28,9 @@ from common import broker  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from streams.buckets import TimeBuckets  # noqa: E402
-from streams.producer import DEFAULT_PRODUCER_CONFIG, RoutingProducer  # noqa: E402
-from streams.routing import Router, RoutingMap  # noqa: E402
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import DEFAULT_PRODUCER_CONFIG, RoutingProducer
 
 PARTITIONS = 12
 

@@ -33,9 +33,9 @@ from collections.abc import Callable
 import numpy as np
 from confluent_kafka import Producer, libversion
 
-from streams.buckets import TimeBuckets
-from streams.hashing import MURMUR2_IMPLEMENTATION, canonical_key
-from streams.routing import Router, RoutingMap
+from streams.core.routing.hashing import MURMUR2_IMPLEMENTATION, canonical_key
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.time.buckets import TimeBuckets
 
 T0 = 1_764_000_000_000  # a bucket boundary; every timed call lands in one 5-minute bucket
 BUCKETS = TimeBuckets("5m")

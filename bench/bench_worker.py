@@ -30,9 +30,9 @@ from common import broker, stop  # noqa: E402
 from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from streams.buckets import TimeBuckets  # noqa: E402
-from streams.producer import RoutingProducer  # noqa: E402
-from streams.routing import Router, RoutingMap  # noqa: E402
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import RoutingProducer
 
 PARTITIONS = 4
 KEYS = 200  # per one-minute bucket: each closes with 200 partials and 200 aggregates

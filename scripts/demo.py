@@ -26,19 +26,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from confluent_kafka import Consumer  # noqa: E402
+from kafka_local import LocalKafka  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from kafka_local import LocalKafka  # noqa: E402
-from streams.aggregate import Stats  # noqa: E402
-from streams.buckets import TimeBuckets  # noqa: E402
-from streams.config import TopicNames  # noqa: E402
-from streams.producer import RoutingProducer  # noqa: E402
-from streams.replay import replay_late  # noqa: E402
-from streams.routing import Router, RoutingMap  # noqa: E402
-from streams.serde import AvroCodec  # noqa: E402
-from streams.simulate import Workload, iter_keys  # noqa: E402
-from streams.topics import ensure_topics, project_topic_specs  # noqa: E402
+from streams.core.aggregate import Stats
+from streams.core.config import TopicNames
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.serde import AvroCodec
+from streams.core.simulate import Workload, iter_keys
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.admin import ensure_topics, project_topic_specs
+from streams.kafka.producer import RoutingProducer
+from streams.kafka.replay import replay_late
 
 PARTITIONS = 12
 RATE = 800  # events/s: comfortably within one faust worker process

@@ -12,7 +12,7 @@ It owns error handling, so a command simply raises:
 * exit 0: success; 130: interrupted (Ctrl-C);
 * exit 2: a usage error argparse detects (unknown flag, a value of the wrong type),
   printed by argparse as usage plus ``streams: error: ...``, as every argparse tool does;
-* exit 1: anything else - a :class:`~streams.errors.StreamsError` (bad ID, bad
+* exit 1: anything else - a :class:`~streams.core.errors.StreamsError` (bad ID, bad
   setting, missing topic, unreachable broker ...), a ``KafkaException``, an
   ``OSError`` - as ONE line ``streams: error: <what>`` on stderr. ``--debug``
   (before or after the subcommand) prints the traceback first and shows
@@ -43,8 +43,8 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException
 
 from streams import __version__
-from streams.config import KafkaSettings, load
-from streams.errors import StreamsError
+from streams.core.config import KafkaSettings, load
+from streams.core.errors import StreamsError
 
 __all__ = [
     "COMMANDS",

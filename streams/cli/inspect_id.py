@@ -6,9 +6,9 @@ import argparse
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from streams.buckets import TimeBuckets
 from streams.cli import HelpFormatter, print_fields, print_json
-from streams.ids import DISCORD_LAYOUT, SONYFLAKE_LAYOUT, TWITTER_LAYOUT, IdKind, parse_id
+from streams.core.ids import DISCORD_LAYOUT, SONYFLAKE_LAYOUT, TWITTER_LAYOUT, IdKind, parse_id
+from streams.core.time.buckets import TimeBuckets
 
 NAME = "inspect-id"
 

@@ -1,6 +1,6 @@
 """``streams monitor``: a live view of the hot keys, the events topic's rates and the workers' lag.
 
-The reading is in :mod:`streams.monitor`; this module parses flags and renders
+The reading is in :mod:`streams.kafka.monitor`; this module parses flags and renders
 snapshots: a rich Live view on a terminal, plain text (one report per interval)
 otherwise, one snapshot with ``--once``, JSON with ``--json``.
 """
@@ -29,10 +29,10 @@ from streams.cli import (
     print_table,
     stdout_is_tty,
 )
-from streams.config import TopicNames, WorkerSettings, load
-from streams.errors import StreamsError
-from streams.monitor import Monitor, Snapshot, notice_display
-from streams.topics import TopicNotFoundError
+from streams.core.config import TopicNames, WorkerSettings, load
+from streams.core.errors import StreamsError
+from streams.kafka.admin import TopicNotFoundError
+from streams.kafka.monitor import Monitor, Snapshot, notice_display
 
 NAME = "monitor"
 DEFAULT_TOP = 20

@@ -1,7 +1,7 @@
-"""``streams produce``: a load generator through :class:`~streams.producer.RoutingProducer`.
+"""``streams produce``: a load generator through :class:`~streams.kafka.producer.RoutingProducer`.
 
 Keys come from the same seeded distributions as ``streams simulate``
-(:func:`streams.simulate.iter_keys`). Nothing is created implicitly: the topic must
+(:func:`streams.core.simulate.iter_keys`). Nothing is created implicitly: the topic must
 exist (checked with a bounded metadata request, never by a request that would let
 the broker auto-create it) unless ``--create-topic`` is given.
 """
@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from streams.buckets import TimeBuckets
 from streams.cli import (
     HelpFormatter,
     add_kafka_arguments,
@@ -30,13 +29,15 @@ from streams.cli import (
     print_table,
 )
 from streams.cli.simulate import add_workload_arguments, workload_from
-from streams.config import ProducerSettings, TopicNames, load
-from streams.errors import StreamsError
-from streams.metrics import ProducerMetrics
-from streams.producer import DeliveryStats, RoutingProducer
-from streams.routing import BUCKET_PLACEHOLDER, HASHES, PLACEMENTS, Router, RoutingMap
-from streams.simulate import iter_keys
-from streams.topics import TopicNotFoundError, TopicSpec, ensure_topics, topic_partitions
+from streams.core.config import ProducerSettings, TopicNames, load
+from streams.core.errors import StreamsError
+from streams.core.routing.placement import HASHES, PLACEMENTS
+from streams.core.routing.router import BUCKET_PLACEHOLDER, Router, RoutingMap
+from streams.core.simulate import iter_keys
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.admin import TopicNotFoundError, TopicSpec, ensure_topics, topic_partitions
+from streams.kafka.metrics import ProducerMetrics
+from streams.kafka.producer import DeliveryStats, RoutingProducer
 
 NAME = "produce"
 DEFAULT_COUNT = 10_000

@@ -1,6 +1,6 @@
 """``streams replay late|events``: put late events back into their buckets; re-read a time range exactly.
 
-The work is in :mod:`streams.replay`; this module parses flags, shows a progress
+The work is in :mod:`streams.kafka.replay`; this module parses flags, shows a progress
 bar while reading (on a terminal) and prints the result.
 """
 
@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from streams.buckets import TimeBuckets, parse_duration
 from streams.cli import (
     HelpFormatter,
     add_kafka_arguments,
@@ -24,11 +23,12 @@ from streams.cli import (
     print_json,
     print_table,
 )
-from streams.config import TopicNames, WorkerSettings, load
-from streams.errors import ConfigError, InvalidBucketError
-from streams.merge import LATE_SLOT
-from streams.replay import read_time_range, replay_late
-from streams.topics import topic_partitions
+from streams.core.config import TopicNames, WorkerSettings, load
+from streams.core.errors import ConfigError, InvalidBucketError
+from streams.core.partials import LATE_SLOT
+from streams.core.time.buckets import TimeBuckets, parse_duration
+from streams.kafka.admin import topic_partitions
+from streams.kafka.replay import read_time_range, replay_late
 
 NAME = "replay"
 DEFAULT_TOP = 20
@@ -230,7 +230,7 @@ def _iso(ms: int) -> str:
 
 @contextmanager
 def _read_progress(label: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress callback for :mod:`streams.replay` (records read, of total): a rich bar on stderr
+    """A progress callback for :mod:`streams.kafka.replay` (records read, of total): a rich bar on stderr
     when stderr is a terminal, else a no-op."""
     if not sys.stderr.isatty():
         yield lambda done, total: None

@@ -1,6 +1,6 @@
 """``streams simulate``: route a key distribution (or a file of real keys) offline and report.
 
-The work is :func:`streams.simulate.simulate`; this module parses flags and prints.
+The work is :func:`streams.core.simulate.simulate`; this module parses flags and prints.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 
 from streams.cli import HelpFormatter, non_negative_float, positive_int, print_fields, print_json, print_table
-from streams.errors import StreamsError
-from streams.routing import HASHES, PLACEMENTS
-from streams.simulate import DISTRIBUTIONS, SimulationReport, Workload, generate_keys, read_keys, simulate
+from streams.core.errors import StreamsError
+from streams.core.routing.placement import HASHES, PLACEMENTS
+from streams.core.simulate import DISTRIBUTIONS, SimulationReport, Workload, generate_keys, read_keys, simulate
 
 NAME = "simulate"
 _SHOWN_PARTITIONS = 64

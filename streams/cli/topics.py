@@ -1,6 +1,6 @@
 """``streams topics create|describe|roll``: the project's topics, and topic-per-bucket housekeeping.
 
-The work is in :mod:`streams.topics`; this module parses flags and prints.
+The work is in :mod:`streams.kafka.admin`; this module parses flags and prints.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import argparse
 import dataclasses
 from typing import Any
 
-from streams.buckets import TimeBuckets
 from streams.cli import (
     HelpFormatter,
     add_kafka_arguments,
@@ -19,10 +18,11 @@ from streams.cli import (
     print_json,
     print_table,
 )
-from streams.config import ProducerSettings, TopicNames, WorkerSettings, load
-from streams.errors import ConfigError
-from streams.routing import BUCKET_PLACEHOLDER
-from streams.topics import describe_topics, ensure_topics, project_topic_specs, roll_bucket_topics
+from streams.core.config import ProducerSettings, TopicNames, WorkerSettings, load
+from streams.core.errors import ConfigError
+from streams.core.routing.router import BUCKET_PLACEHOLDER
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.admin import describe_topics, ensure_topics, project_topic_specs, roll_bucket_topics
 
 NAME = "topics"
 _ROLES = tuple(f.name for f in dataclasses.fields(TopicNames))

@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from streams.buckets import TimeBuckets, parse_duration
 from streams.cli import HelpFormatter, add_kafka_arguments, duration_s, kafka_client_config, print_json
-from streams.config import KafkaSettings, TopicNames, WorkerSettings, load
-from streams.errors import StreamsError
-from streams.topics import TopicNotFoundError, topic_partitions
+from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load
+from streams.core.errors import StreamsError
+from streams.core.time.buckets import TimeBuckets, parse_duration
+from streams.kafka.admin import TopicNotFoundError, topic_partitions
 
 NAME = "worker"
 APP = "streams.app"

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.buckets import TimeBuckets
-from streams.errors import InvalidBucketError, InvalidKeyError
-from streams.eventtime import Aggregation, RollerStateError
-from streams.roller import BucketRoller
-from streams.watermark import WatermarkTracker
+from streams.core.errors import InvalidBucketError, InvalidKeyError
+from streams.core.time.buckets import TimeBuckets
+from streams.core.time.eventtime import Aggregation, RollerStateError
+from streams.core.time.roller import BucketRoller
+from streams.core.time.watermark import WatermarkTracker
 
 T0 = 1_796_169_600_000  # 2026-12-02T00:00:00Z
 

@@ -10,13 +10,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from streams.aggregate import Stats  # noqa: E402
-from streams.buckets import TimeBuckets  # noqa: E402
-from streams.producer import RoutingProducer  # noqa: E402
-from streams.routing import Router, RoutingMap  # noqa: E402
 from test_worker_buckets import (  # noqa: E402
-    GRACE_MS, PARTITIONS, SETTINGS, WIDTH_MS, aggregates_by_slot, keys_covering_partitions, wait_for_topic)
+    GRACE_MS,
+    PARTITIONS,
+    SETTINGS,
+    WIDTH_MS,
+    aggregates_by_slot,
+    keys_covering_partitions,
+    wait_for_topic,
+)
 from worker_harness import TopicReader, running_worker  # noqa: E402
+
+from streams.core.aggregate import Stats
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import RoutingProducer
 
 
 def test_killing_and_restarting_a_worker_mid_stream_changes_no_final_aggregate(

@@ -15,13 +15,13 @@ from pathlib import Path
 import orjson
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from streams.buckets import TimeBuckets
-from streams.config import TopicNames
-from streams.hashing import canonical_key, kafka_partition
-from streams.serde import AvroCodec, JsonCodec
-from streams.simulate import Workload, generate_keys
 from worker_harness import consume_all
+
+from streams.core.config import TopicNames
+from streams.core.routing.hashing import canonical_key, kafka_partition
+from streams.core.serde import AvroCodec, JsonCodec
+from streams.core.simulate import Workload, generate_keys
+from streams.core.time.buckets import TimeBuckets
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,16 +16,16 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-
-from streams.aggregate import Stats
-from streams.buckets import TimeBuckets
-from streams.config import TopicNames
-from streams.ids import uuid7
-from streams.merge import LATE_SLOT
-from streams.producer import RoutingProducer
-from streams.routing import Router, RoutingMap
-from streams.serde import AvroCodec, JsonCodec
 from test_cli_broker import delete_if_there, ok_json, one_error_line, streams, topics_now
+
+from streams.core.aggregate import Stats
+from streams.core.config import TopicNames
+from streams.core.ids import uuid7
+from streams.core.partials import LATE_SLOT
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.serde import AvroCodec, JsonCodec
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import RoutingProducer
 
 ROOT = Path(__file__).resolve().parents[2]
 MINUTE_MS = 60_000

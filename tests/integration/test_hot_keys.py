@@ -7,14 +7,15 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from streams.aggregate import Stats
-from streams.buckets import TimeBuckets
-from streams.hotkeys import HotKeyPolicy, exact_hot_keys
-from streams.producer import RoutingProducer
-from streams.routing import Router, RoutingMap
-from streams.simulate import Workload, iter_keys
 from test_worker_buckets import aggregates_by_slot, keys_covering_partitions, wait_for_topic
 from worker_harness import TopicReader, running_worker
+
+from streams.core.aggregate import Stats
+from streams.core.hotkeys.decider import HotKeyPolicy, exact_hot_keys
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.simulate import Workload, iter_keys
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import RoutingProducer
 
 PARTITIONS = 12
 RATE = 800  # events/s the producer paces itself to (well within what one faust worker processes)

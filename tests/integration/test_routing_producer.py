@@ -11,15 +11,15 @@ from collections.abc import Callable
 import pytest
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Producer
-
-from streams.buckets import TimeBuckets
-from streams.errors import RoutingMapError
-from streams.ids import parse_id
-from streams.producer import RoutingProducer
-from streams.routing import Router, RoutingMap
-from streams.serde import AvroCodec, JsonCodec
-from streams.splits import HotKeyNotice
 from worker_harness import consume_all
+
+from streams.core.errors import RoutingMapError
+from streams.core.ids import parse_id
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.routing.splits import HotKeyNotice
+from streams.core.serde import AvroCodec, JsonCodec
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import RoutingProducer
 
 
 def test_100000_routed_events_land_where_the_router_decided_exactly_once_and_in_order(

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-
-from streams.aggregate import Stats
-from streams.buckets import TimeBuckets
-from streams.producer import RoutingProducer
-from streams.replay import replay_late
-from streams.routing import Router, RoutingMap
 from worker_harness import TopicReader, running_worker
+
+from streams.core.aggregate import Stats
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import RoutingProducer
+from streams.kafka.replay import replay_late
 
 PARTITIONS = 4
 WIDTH_MS = 5_000

@@ -16,8 +16,8 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from streams.config import TopicNames
-from streams.serde import AvroCodec
+from streams.core.config import TopicNames
+from streams.core.serde import AvroCodec
 
 FAUST = str(Path(sys.executable).parent / "faust")
 

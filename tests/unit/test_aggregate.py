@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams import aggregate
-from streams.aggregate import MAX_PARTIALS, Stats
-from streams.errors import SerializationError
+from streams.core.aggregate import MAX_PARTIALS, Stats
+from streams.core.errors import SerializationError
 
 # Huge and tiny magnitudes (subnormals, +/-0.0) and values built to cancel. Kept within
 # +/-1e300 so no ordering of a few hundred values can overflow an intermediate sum.

@@ -9,8 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.buckets import MAX_TIMESTAMP_MS, Bucket, TimeBuckets, check_timestamp, parse_duration, parse_width
-from streams.errors import InvalidBucketError
+from streams.core.errors import InvalidBucketError
+from streams.core.time.buckets import (
+    MAX_TIMESTAMP_MS,
+    Bucket,
+    TimeBuckets,
+    check_timestamp,
+    parse_duration,
+    parse_width,
+)
 
 WIDTHS = ["1s", "30s", "1m", "5m", "15m", "1h", "6h", "1d", "7d"]
 timestamps = st.integers(0, MAX_TIMESTAMP_MS)

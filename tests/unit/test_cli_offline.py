@@ -13,12 +13,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streams.buckets import TimeBuckets
-from streams.hashing import canonical_key
-from streams.hotkeys import HotKeyPolicy, exact_hot_keys
-from streams.ids import DISCORD_EPOCH_MS, TWITTER_EPOCH_MS, Snowflake
-from streams.routing import Router, RoutingMap, make_placer
-from streams.simulate import Workload, generate_keys
+from streams.core.hotkeys.decider import HotKeyPolicy, exact_hot_keys
+from streams.core.ids import DISCORD_EPOCH_MS, TWITTER_EPOCH_MS, Snowflake
+from streams.core.routing.hashing import canonical_key
+from streams.core.routing.placement import make_placer
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.simulate import Workload, generate_keys
+from streams.core.time.buckets import TimeBuckets
 
 ROOT = Path(__file__).resolve().parents[2]
 RFC_UUID7 = "017F22E2-79B0-7CC3-98C4-DC0C0C07398F"  # RFC 9562, appendix A.6
@@ -216,7 +217,7 @@ def test_debug_shows_the_traceback_before_the_error_line(where: str) -> None:
     result = streams(*args)
     assert result.returncode == 1
     assert result.stderr.startswith("Traceback (most recent call last):")
-    assert "streams.errors.InvalidIdError" in result.stderr
+    assert "streams.core.errors.InvalidIdError" in result.stderr
     assert result.stderr.splitlines()[-1].startswith("streams: error: str is neither UUID text")
 
 

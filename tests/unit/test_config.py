@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.config import KafkaSettings, ProducerSettings, TopicNames, WorkerSettings, load, redact
-from streams.errors import ConfigError
+from streams.core.config import KafkaSettings, ProducerSettings, TopicNames, WorkerSettings, load, redact
+from streams.core.errors import ConfigError
 
 
 def test_environment_variables_override_defaults_and_are_coerced_to_the_field_type() -> None:

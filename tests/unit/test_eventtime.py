@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.buckets import TimeBuckets
-from streams.errors import ConfigError, InvalidBucketError
-from streams.eventtime import TopicPlan, plan_bucket_topics
+from streams.core.errors import ConfigError, InvalidBucketError
+from streams.core.time.buckets import TimeBuckets
+from streams.core.topicplan import TopicPlan, plan_bucket_topics
 
 T0 = 1_796_169_600_000  # 2026-12-02T00:00:00Z
 HOUR = 3_600_000

@@ -13,8 +13,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.errors import InvalidKeyError
-from streams.hashing import (
+from streams.core.errors import InvalidKeyError
+from streams.core.routing.hashing import (
     MURMUR2_IMPLEMENTATION,
     canonical_key,
     jump_hash,

@@ -13,18 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.errors import ConfigError, HotKeyNoticeError
-from streams.hotkeys import (
-    MAX_SUMMARY_ITEMS,
-    Decision,
-    HotKeyDecider,
-    HotKeyPolicy,
-    MergedView,
-    SketchSummary,
-    SlidingSketch,
-    exact_hot_keys,
-    merge_summaries,
-)
+from streams.core.errors import ConfigError, HotKeyNoticeError
+from streams.core.hotkeys.decider import Decision, HotKeyDecider, HotKeyPolicy, exact_hot_keys
+from streams.core.hotkeys.sketch import MAX_SUMMARY_ITEMS, MergedView, SketchSummary, SlidingSketch, merge_summaries
 
 # --- a realistic workload: Zipf plus elephants, three instances -------------------------
 

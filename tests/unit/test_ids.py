@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.errors import ConfigError, IdSpaceExhaustedError
-from streams.ids import (
+from streams.core.errors import ConfigError, IdSpaceExhaustedError
+from streams.core.ids import (
     DISCORD_LAYOUT,
     SONYFLAKE_LAYOUT,
     TWITTER_EPOCH_MS,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from streams.monitor import NoticeFold, PartitionStat, Snapshot, partition_stats
-from streams.serde import AvroCodec
+from streams.core.serde import AvroCodec
+from streams.kafka.monitor import NoticeFold, PartitionStat, Snapshot, partition_stats
 
 CODEC = AvroCodec("hot_key_notice")
 

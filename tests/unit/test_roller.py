@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.buckets import TimeBuckets
-from streams.eventtime import Aggregation, ClosedBucket, LateCorrectionError, PlacementKind
-from streams.roller import MAX_REASONS, BucketRoller
-from streams.watermark import WatermarkTracker
+from streams.core.time.buckets import TimeBuckets
+from streams.core.time.eventtime import Aggregation, ClosedBucket, LateCorrectionError, PlacementKind
+from streams.core.time.roller import MAX_REASONS, BucketRoller
+from streams.core.time.watermark import WatermarkTracker
 
 T0 = 1_796_169_600_000  # 2026-12-02T00:00:00Z
 
@@ -25,7 +25,7 @@ def _sum_count_from_record(record: Any) -> tuple[int, int]:
     return (record[0], record[1])
 
 
-#: Aggregate = (count, sum) of int values; a stand-in for streams.aggregate.Stats.
+#: Aggregate = (count, sum) of int values; a stand-in for streams.core.aggregate.Stats.
 SUM_COUNT: Aggregation[int, tuple[int, int]] = Aggregation(
     empty=lambda: (0, 0),
     add=lambda agg, value: (agg[0] + 1, agg[1] + value),
@@ -302,7 +302,7 @@ def test_memory_stays_bounded_over_ten_thousand_buckets() -> None:
 
 
 def test_retention_must_cover_the_grace_period() -> None:
-    from streams.errors import ConfigError
+    from streams.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="retention_ms"):
         make_roller(grace_ms=10_000, retention_ms=9_999)
@@ -407,8 +407,8 @@ def test_a_restored_snapshot_behaves_exactly_like_the_original(
 
 
 def test_stats_aggregates_close_correct_and_survive_a_snapshot_without_changing_what_was_emitted() -> None:
-    from streams.aggregate import Stats
-    from streams.eventtime import STATS
+    from streams.core.aggregate import Stats
+    from streams.core.time.eventtime import STATS
 
     roller = BucketRoller(TimeBuckets("1m", grace=0), 600_000, aggregation=STATS, watermarks=WatermarkTracker(0, 60_000))
     roller.add("a", T0 + 1, 1.5, now_ms=T0)

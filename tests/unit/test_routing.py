@@ -16,11 +16,18 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.buckets import TimeBuckets
-from streams.errors import ConfigError, HotKeyNoticeError, InvalidBucketError, InvalidIdError, InvalidKeyError, RoutingMapError
-from streams.hashing import canonical_key, jump_hash, kafka_partition, murmur2
-from streams.routing import HASHES, PLACEMENTS, UNSPLIT, Router, RoutingDecision, RoutingMap, make_placer, partition_for
-from streams.splits import (
+from streams.core.errors import (
+    ConfigError,
+    HotKeyNoticeError,
+    InvalidBucketError,
+    InvalidIdError,
+    InvalidKeyError,
+    RoutingMapError,
+)
+from streams.core.routing.hashing import canonical_key, jump_hash, kafka_partition, murmur2
+from streams.core.routing.placement import HASHES, PLACEMENTS, make_placer
+from streams.core.routing.router import UNSPLIT, Router, RoutingDecision, RoutingMap, partition_for
+from streams.core.routing.splits import (
     MAX_KEY_BYTES,
     HotKeyNotice,
     SplitTable,
@@ -29,6 +36,7 @@ from streams.splits import (
     salted_key,
     salted_partition,
 )
+from streams.core.time.buckets import TimeBuckets
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 MINUTE = 60_000

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.errors import SerializationError
-from streams.serde import AvroCodec, JsonCodec, codec_for, load_schema, schema_dir
+from streams.core.errors import SerializationError
+from streams.core.serde import AvroCodec, JsonCodec, codec_for, load_schema, schema_files
 
 EVENT = {"id": "0190a0b1-7c2d-7abc-8def-0123456789ab", "id_kind": "uuid7", "ts_ms": 1_700_000_000_000,
          "key": "tenant-1", "value": 2.5, "attributes": {"region": "eu"}}
@@ -22,7 +22,7 @@ events = st.fixed_dictionaries({
 
 
 def test_every_schema_file_parses() -> None:
-    names = sorted(p.stem for p in schema_dir().glob("*.avsc"))
+    names = sorted(p.name[:-5] for p in schema_files().iterdir() if p.name.endswith(".avsc"))
     assert {"event", "aggregate", "bucket_closed", "late_event", "dead_letter"} <= set(names)
     for name in names:
         assert load_schema(name)["type"] == "record"

@@ -11,17 +11,17 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streams.errors import ConfigError, RoutingMapError
-from streams.hashing import canonical_key
-from streams.hotkeys import HotKeyPolicy, exact_hot_keys
-from streams.routing import make_placer
-from streams.simulate import Workload, generate_keys, iter_keys, read_keys, simulate
-from streams.splits import salt_for, salted_partition
+from streams.core.errors import ConfigError, RoutingMapError
+from streams.core.hotkeys.decider import HotKeyPolicy, exact_hot_keys
+from streams.core.routing.hashing import canonical_key
+from streams.core.routing.placement import make_placer
+from streams.core.routing.splits import salt_for, salted_partition
+from streams.core.simulate import Workload, generate_keys, iter_keys, read_keys, simulate
 
 
 def direct_loads(keys: list[str], partitions: int, placement: str, hash_name: str,
                  factors: dict[str, int] | None = None) -> list[int]:
-    """Loads computed without the Router: placer + the salting rule of streams.splits."""
+    """Loads computed without the Router: placer + the salting rule of streams.core.routing.splits."""
     place = make_placer(hash_name, placement, partitions)
     split = {canonical_key(k): f for k, f in (factors or {}).items()}
     loads = [0] * partitions

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.errors import ConfigError, InvalidBucketError
-from streams.eventtime import RollerStateError
-from streams.watermark import WatermarkTracker
+from streams.core.errors import ConfigError, InvalidBucketError
+from streams.core.time.eventtime import RollerStateError
+from streams.core.time.watermark import WatermarkTracker
 
 
 def test_partition_watermark_is_its_max_event_time_minus_the_allowed_delay() -> None:

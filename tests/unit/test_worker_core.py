@@ -6,13 +6,14 @@ import random
 from collections import defaultdict
 from typing import Any
 
-from streams.aggregate import Stats
-from streams.buckets import TimeBuckets
-from streams.config import WorkerSettings
-from streams.ids import UUIDv7Generator
-from streams.merge import LATE_SLOT, PartialMerger
-from streams.serde import AvroCodec, JsonCodec
-from streams.worker import EventProcessor, InMessage, Stage1Store, partial_record
+from streams.core.aggregate import Stats
+from streams.core.config import WorkerSettings
+from streams.core.ids import UUIDv7Generator
+from streams.core.partials import LATE_SLOT, partial_record
+from streams.core.serde import AvroCodec, JsonCodec
+from streams.core.time.buckets import TimeBuckets
+from streams.worker.merge import PartialMerger
+from streams.worker.processor import EventProcessor, InMessage, Stage1Store
 
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % 60_000)  # a minute boundary
 SETTINGS = WorkerSettings(bucket_width="1m", grace="5s", allowed_delay="1s", idle_timeout="10s", retention="10m",

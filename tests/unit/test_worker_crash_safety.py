@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from streams.aggregate import Stats
-from streams.buckets import TimeBuckets
-from streams.config import WorkerSettings
-from streams.ids import UUIDv7Generator
-from streams.merge import PartialMerger
-from streams.serde import JsonCodec
-from streams.worker import EventProcessor, InMessage, Output, Stage1Store
+from streams.core.aggregate import Stats
+from streams.core.config import WorkerSettings
+from streams.core.ids import UUIDv7Generator
+from streams.core.serde import JsonCodec
+from streams.core.time.buckets import TimeBuckets
+from streams.worker.merge import PartialMerger
+from streams.worker.processor import EventProcessor, InMessage, Output, Stage1Store
 
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % 60_000)
 SETTINGS = WorkerSettings(bucket_width="1m", grace="5s", allowed_delay="1s", idle_timeout="1h", retention="1h",

@@ -1,0 +1,233 @@
+"""Configuration: one frozen dataclass per part, validated once at the edge.
+
+Each settings class can be built three ways, later sources winning:
+
+1. its defaults,
+2. a TOML file (``[kafka]``, ``[topics]``, ``[producer]``, ``[worker]`` tables),
+3. environment variables ``STREAMS_<FIELD>`` (e.g. ``STREAMS_BOOTSTRAP_SERVERS``,
+   ``STREAMS_BUCKET_WIDTH``); librdkafka properties as ``STREAMS_KAFKA_<PROPERTY>``
+   with dots as underscores (``STREAMS_KAFKA_SASL_PASSWORD`` is ``sasl.password``),
+4. keyword arguments.
+
+Values are coerced to the field's type and checked; a bad one raises
+:class:`~streams.core.errors.ConfigError` naming the field, the source and the allowed
+range. Client properties that carry credentials (SASL passwords, TLS keys, OAuth
+configs) are never shown: ``repr`` and every error use :func:`redact`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
+
+from streams.core.errors import ConfigError
+from streams.core.validate import require
+
+__all__ = ["KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS"]
+
+#: librdkafka property names containing any of these are credentials.
+SECRET_MARKERS = ("password", "secret", "jaas", "ssl.key", "keystore", "oauthbearer.config", "token", "credentials")
+
+
+def redact(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a client config with every credential replaced by ``'***'``."""
+    return {k: ("***" if any(m in k.lower() for m in SECRET_MARKERS) else v) for k, v in config.items()}
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where the cluster is and how to talk to it.
+
+    ``client_properties`` are passed to librdkafka as they are (``security.protocol``,
+    ``sasl.*``, ``ssl.*`` ...); they are redacted from ``repr``.
+    """
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    client_properties: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require(bool(self.bootstrap_servers.strip()), "bootstrap_servers", "a non-empty host:port list", self.bootstrap_servers)
+        for key, value in self.client_properties.items():
+            if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
+                raise ConfigError(f"client_properties: {key!r} must map to a str, int, float or bool")
+
+    def __repr__(self) -> str:
+        return f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, client_properties={redact(self.client_properties)!r})"
+
+    def client_config(self, **extra: Any) -> dict[str, Any]:
+        """A confluent-kafka config dict: bootstrap servers, client properties, then ``extra``."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.client_properties, **extra}
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The project's topics. ``events`` may hold ``{bucket}`` for topic-per-bucket mode."""
+
+    events: str = "streams.events"
+    hot_keys: str = "streams.hot-keys"
+    sketches: str = "streams.hot-key-sketches"
+    partials: str = "streams.partials"
+    aggregates: str = "streams.aggregates"
+    bucket_closed: str = "streams.bucket-closed"
+    late_events: str = "streams.late-events"
+    dead_letters: str = "streams.dead-letters"
+    routing_maps: str = "streams.routing-maps"
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            name = getattr(self, f.name)
+            plain = name.replace("{bucket}", "")
+            ok = 0 < len(name) <= 200 and all(c.isascii() and (c.isalnum() or c in "._-") for c in plain)
+            require(ok, f.name, "a Kafka topic name of [A-Za-z0-9._-], at most 200 characters", name)
+
+
+@dataclass(frozen=True)
+class ProducerSettings:
+    """How ``RoutingProducer`` stamps, routes and encodes."""
+
+    partitions: int = 12
+    placement: str = "mod"
+    hash: str = "murmur2"
+    bucket_width: str = "1m"
+    grace: str = "10s"
+    serializer: str = "json"
+    id_kind: str = "uuid7"
+    snowflake_worker: int = 0
+    follow_hot_keys: bool = True
+
+    def __post_init__(self) -> None:
+        require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
+        require(self.placement in ("mod", "jump"), "placement", "'mod' or 'jump'", self.placement)
+        require(self.hash in ("murmur2", "xxh3", "sha256"), "hash", "'murmur2', 'xxh3' or 'sha256'", self.hash)
+        require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
+        require(self.id_kind in ("uuid7", "snowflake"), "id_kind", "'uuid7' or 'snowflake'", self.id_kind)
+        require(0 <= self.snowflake_worker <= 1023, "snowflake_worker", "an int in [0, 1023]", self.snowflake_worker)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The faust workers: identity, time buckets, hot-key thresholds, metrics."""
+
+    app_id: str = "streams-worker"
+    partitions: int = 12
+    bucket_width: str = "1m"
+    grace: str = "10s"
+    allowed_delay: str = "2s"
+    idle_timeout: str = "30s"
+    retention: str = "1h"
+    serializer: str = "json"
+    hot_window_s: float = 5.0
+    hot_share_multiple: float = 2.0
+    hot_min_rate: float = 100.0
+    cool_share_multiple: float = 1.0
+    hot_hold_s: float = 10.0
+    hot_min_window_events: int = 1000
+    target_partition_rate: float = 0.0
+    hot_split_fraction: float = 1.0
+    sketch_capacity: int = 4096
+    metrics_port: int = 0
+    guarantee: str = "at_least_once"
+    session_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
+        require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
+        require(self.hot_window_s > 0, "hot_window_s", "a number > 0", self.hot_window_s)
+        require(self.hot_share_multiple > 0, "hot_share_multiple", "a number > 0 (a multiple of the fair share)",
+                 self.hot_share_multiple)
+        require(0 < self.cool_share_multiple <= self.hot_share_multiple, "cool_share_multiple",
+                 "a number in (0, hot_share_multiple]", self.cool_share_multiple)
+        require(self.hot_min_rate >= 0, "hot_min_rate", "a number >= 0", self.hot_min_rate)
+        require(self.hot_min_window_events >= 0, "hot_min_window_events", "an int >= 0",
+                 self.hot_min_window_events)
+        require(self.hot_hold_s >= 0, "hot_hold_s", "a number >= 0", self.hot_hold_s)
+        require(self.target_partition_rate >= 0, "target_partition_rate", "a number >= 0 (0: the fair share)",
+                 self.target_partition_rate)
+        require(0 < self.hot_split_fraction <= 1, "hot_split_fraction",
+                 "a number in (0, 1]: split pieces as a fraction of the fair share", self.hot_split_fraction)
+        require(16 <= self.sketch_capacity <= 1_000_000, "sketch_capacity", "an int in [16, 1000000]", self.sketch_capacity)
+        require(0 <= self.metrics_port <= 65535, "metrics_port", "an int in [0, 65535] (0: off)", self.metrics_port)
+        require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
+                 self.session_timeout_s)
+        require(self.guarantee in ("at_least_once", "exactly_once"), "guarantee", "'at_least_once' or 'exactly_once'",
+                 self.guarantee)
+
+
+
+
+T = TypeVar("T")
+_SECTIONS = {KafkaSettings: "kafka", TopicNames: "topics", ProducerSettings: "producer", WorkerSettings: "worker"}
+
+
+def load(cls: type[T], *, toml_path: str | Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> T:
+    """Build settings ``cls`` from defaults, a TOML file, ``STREAMS_*`` variables and ``overrides``.
+
+    ``toml_path`` defaults to ``$STREAMS_CONFIG`` when set. Raises ConfigError for an
+    unknown field, a value that does not convert to the field's type, or one out of range.
+    """
+    env = os.environ if env is None else env
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    toml_path = toml_path or env.get("STREAMS_CONFIG")
+    if toml_path:
+        try:
+            table = tomllib.loads(Path(toml_path).read_text()).get(_SECTIONS[cls], {})
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {toml_path}: {exc}") from exc
+        for key, value in table.items():
+            if key not in names:
+                raise ConfigError(f"config file {toml_path}: [{_SECTIONS[cls]}] has no setting {key!r}")
+            values[key] = _coerce(key, hints[key], value, f"{toml_path} [{_SECTIONS[cls]}]")
+    for name in names:
+        var = f"STREAMS_{name.upper()}"
+        if var in env and hints[name] is not Mapping[str, str]:
+            values[name] = _coerce(name, hints[name], env[var], f"${var}")
+    if cls is KafkaSettings:
+        # STREAMS_KAFKA_SASL_PASSWORD=... becomes the librdkafka property sasl.password.
+        props = dict(values.get("client_properties", {}))
+        props.update({var[len("STREAMS_KAFKA_"):].lower().replace("_", "."): value
+                      for var, value in env.items() if var.startswith("STREAMS_KAFKA_")})
+        if props:
+            values["client_properties"] = props
+    for key, value in overrides.items():
+        if key not in names:
+            raise ConfigError(f"{cls.__name__} has no setting {key!r}")
+        values[key] = value
+    return cls(**values)
+
+
+def _coerce(name: str, hint: Any, raw: Any, source: str) -> Any:
+    try:
+        if hint is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if hint is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError(raw)
+            return int(raw)
+        if hint is float:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return float(raw)
+        if hint is str:
+            if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+                raise ValueError(raw)
+            return str(raw)
+        if isinstance(raw, Mapping):
+            return {str(k): v for k, v in raw.items()}
+        raise ValueError(raw)
+    except (TypeError, ValueError):
+        shown = "***" if any(m in name for m in SECRET_MARKERS) else repr(raw)
+        raise ConfigError(f"{name} (from {source}) must be {getattr(hint, '__name__', hint)}, got {shown}") from None

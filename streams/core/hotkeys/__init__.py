@@ -1,0 +1,1 @@
+"""Hot keys: bounded-memory sliding sketches per worker, merged views, and the decider."""

@@ -1,0 +1,390 @@
+"""Hot-key detection: sliding-window heavy hitters per worker, merged by one decider.
+
+Three steps, one class each:
+
+1. Every worker instance feeds each event's *unsalted* key into a
+   :class:`SlidingSketch` and every few hundred ms publishes its
+   :meth:`~SlidingSketch.summary` (a :class:`SketchSummary`) to a control topic.
+   Feed the real key, not ``key#i``: a split key must keep its full rate or it
+   would cool down the moment it is split, and flap.
+2. One decider keeps the latest summary of every instance and folds them with
+   :func:`merge_summaries` into a :class:`MergedView` of per-key rates. Instances
+   see disjoint partitions, so rates add; a split key's sub-keys are summed there.
+3. :class:`HotKeyDecider` applies a :class:`HotKeyPolicy` with hysteresis and emits
+   a :class:`Decision` only when something changes.
+
+The sketch is Apache DataSketches' frequent-items sketch (a Misra-Gries variant), one
+per time slice of the window. Its estimates are *upper bounds*: a key's true count is
+never above its estimate, and never below it by more than ``max_error``. Every
+estimate here keeps that direction, so a key whose true rate is over the entry
+threshold is always flagged (no false negatives); the price is that a key within the
+error bound of the threshold may be flagged too.
+
+Per-event cost is a dict increment: updates are counted exactly in a small dict and
+flushed into the slice's sketch, with their weights, once it holds ``capacity``
+distinct keys. Memory is bounded by ``slices`` sketches plus that dict, whatever the
+number of distinct keys.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import islice
+from types import MappingProxyType
+from typing import Any
+
+from datasketches import frequent_items_error_type, frequent_strings_sketch
+
+from streams.core.errors import HotKeyNoticeError
+from streams.core.validate import require
+
+try:  # the C loop behind Counter.update, without its per-call isinstance check
+    from collections import _count_elements  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - other Pythons
+
+    def _count_elements(mapping: dict[str, int], iterable: Iterable[str]) -> None:
+        for key in iterable:
+            mapping[key] = mapping.get(key, 0) + 1
+
+__all__ = [
+    "MAX_SUMMARY_ITEMS",
+    "MAX_KEY_CHARS",
+    "SlidingSketch",
+    "SketchSummary",
+    "MergedView",
+    "merge_summaries",
+]
+
+#: Most (key, count) items a summary may carry; more is treated as hostile.
+MAX_SUMMARY_ITEMS = 1000
+#: Longest key (in characters) or instance id a summary may carry.
+MAX_KEY_CHARS = 1024
+#: Longest window a summary may claim, in seconds (one day).
+MAX_WINDOW_S = 86_400.0
+_INT64_MAX = 2**63 - 1
+_NO_FALSE_NEGATIVES = frequent_items_error_type.NO_FALSE_NEGATIVES
+
+
+# --- the per-instance sketch ----------------------------------------------------------
+
+
+class SlidingSketch:
+    """Bounded-memory per-key event counts over a sliding window of ``window_s`` seconds.
+
+    The window is a ring of ``slices`` time slices of ``window_s / slices`` seconds,
+    aligned to multiples of the slice width (so instances agree on slice edges). A
+    summary covers the current slice and the ``slices - 1`` before it: between
+    ``window_s * (slices - 1) / slices`` and ``window_s`` seconds of traffic, reported
+    as ``span_s`` so rates are honest. Each slice holds one frequent-items sketch of
+    at least ``capacity`` items (DataSketches rounds up to ``0.75 * 2**lg``).
+
+    Time never runs backwards: a ``now_s`` earlier than the current slice counts into
+    the current slice. Not thread-safe; one sketch per consumer loop.
+    """
+
+    def __init__(self, window_s: float, slices: int = 5, capacity: int = 1024) -> None:
+        """Create an empty sketch. Raises ConfigError naming a bad argument."""
+        require(isinstance(window_s, (int, float)) and not isinstance(window_s, bool)
+                 and 0 < window_s <= MAX_WINDOW_S, "window_s", f"a number in (0, {MAX_WINDOW_S:g}]", window_s)
+        require(slices.__class__ is int and 1 <= slices <= 1000, "slices", "an int in [1, 1000]", slices)
+        require(capacity.__class__ is int and 16 <= capacity <= 1_000_000, "capacity",
+                 "an int in [16, 1000000]", capacity)
+        self.window_s = float(window_s)
+        self.slices = slices
+        self.capacity = capacity
+        self._slice_s = self.window_s / slices
+        # DataSketches keeps at most 0.75 * 2**lg items; pick lg so that is >= capacity.
+        self._lg = max(3, math.ceil(math.log2(capacity / 0.75)))
+        self._sketch_items = (3 << self._lg) // 4
+        self._ring = [frequent_strings_sketch(self._lg) for _ in range(slices)]
+        self._epochs: list[int | None] = [None] * slices
+        self._epoch: int | None = None
+        self._first_epoch = 0
+        self._edge = -math.inf  # when the current slice ends; add() advances past it
+        self._current = self._ring[0]
+        self._pending: dict[str, int] = {}
+        self._rejected = 0
+
+    @property
+    def retained_items(self) -> int:
+        """Items held right now: keys in every slice's sketch plus the pending dict."""
+        return sum(s.num_active_items for s in self._ring) + len(self._pending)
+
+    @property
+    def max_retained_items(self) -> int:
+        """An upper bound on :attr:`retained_items`, independent of the key count."""
+        return self.slices * self._sketch_items + 2 * self.capacity
+
+    @property
+    def rejected(self) -> int:
+        """Events dropped because their key was not a str DataSketches could encode."""
+        return self._rejected
+
+    def add(self, key: str, now_s: float, weight: int = 1) -> None:
+        """Count ``weight`` events of ``key`` at time ``now_s`` (seconds, any epoch).
+
+        Raises ValueError if ``now_s`` is not finite or ``weight`` is not an int >= 1.
+        A key that is not an encodable str is dropped at flush time and counted in
+        :attr:`rejected`.
+        """
+        if not now_s < self._edge:
+            self._advance(now_s)
+        if weight.__class__ is not int or weight < 1:
+            raise ValueError(f"weight must be an int >= 1, got {weight!r}")
+        pending = self._pending
+        pending[key] = pending.get(key, 0) + weight
+        if len(pending) >= self.capacity:
+            self._flush()
+
+    def add_many(self, keys: Iterable[str], now_s: float) -> None:
+        """Count one event per key in ``keys``, all at time ``now_s``; see :meth:`add`."""
+        if not now_s < self._edge:
+            self._advance(now_s)
+        pending = self._pending
+        chunk_size = self.capacity
+        it = iter(keys)
+        while chunk := list(islice(it, chunk_size)):  # chunks keep the pending dict < 2 * capacity
+            _count_elements(pending, chunk)
+            if len(pending) >= chunk_size:
+                self._flush()
+
+    def summary(self, now_s: float, top: int = 64, instance: str = "") -> SketchSummary:
+        """The window ending at ``now_s``: its total and its ``top`` heaviest keys.
+
+        Counts are upper bounds (see :class:`SketchSummary`). Raises ValueError if
+        ``now_s`` is not finite, ConfigError if ``top`` is not in 1..MAX_SUMMARY_ITEMS,
+        HotKeyNoticeError if ``instance`` is not a str of at most MAX_KEY_CHARS.
+        """
+        require(top.__class__ is int and 1 <= top <= MAX_SUMMARY_ITEMS, "top",
+                 f"an int in [1, {MAX_SUMMARY_ITEMS}]", top)
+        if not now_s < self._edge:
+            self._advance(now_s)
+        self._flush()
+        assert self._epoch is not None
+        oldest = self._epoch - self.slices + 1
+        merged = frequent_strings_sketch(self._lg)
+        for sketch, epoch in zip(self._ring, self._epochs):
+            if epoch is not None and epoch >= oldest and not sketch.is_empty():
+                merged.merge(sketch)
+        total = merged.total_weight
+        max_error = merged.get_upper_bound("") - merged.get_lower_bound("")  # the sketch's offset
+        rows = merged.get_frequent_items(_NO_FALSE_NEGATIVES, 0)  # (key, estimate, lower, upper), heaviest first
+        unreported = max(max_error, min(rows[top][3], total)) if len(rows) > top else max_error
+        start_s = max(oldest, self._first_epoch) * self._slice_s
+        span_s = min(self.window_s, max(self._slice_s, now_s - start_s))
+        return SketchSummary(
+            instance=instance, window_s=self.window_s, span_s=span_s, total=total,
+            items=tuple((row[0], min(row[3], total)) for row in rows[:top]),
+            max_error=min(max_error, total), unreported_bound=min(unreported, total), at_s=float(now_s),
+        )
+
+    def _advance(self, now_s: float) -> None:
+        if not math.isfinite(now_s):
+            raise ValueError(f"now_s must be a finite number of seconds, got {now_s!r}")
+        epoch = math.floor(now_s / self._slice_s)
+        if self._epoch is not None and epoch <= self._epoch:
+            return  # float rounding at a slice edge, or time stepped back: stay in this slice
+        self._flush()  # pending counts belong to the slice we are leaving
+        if self._epoch is None:
+            self._first_epoch = epoch
+            fresh = range(epoch - self.slices + 1, epoch + 1)
+        else:
+            fresh = range(max(self._epoch + 1, epoch - self.slices + 1), epoch + 1)
+        for e in fresh:
+            slot = e % self.slices
+            self._ring[slot] = frequent_strings_sketch(self._lg)
+            self._epochs[slot] = e
+        self._epoch = epoch
+        self._current = self._ring[epoch % self.slices]
+        self._edge = (epoch + 1) * self._slice_s
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        update = self._current.update
+        for key, count in pending.items():
+            try:
+                update(key, count)
+            except (TypeError, UnicodeError):  # not a str, or a str with lone surrogates
+                self._rejected += count
+        pending.clear()
+
+
+# --- summaries on the control topic ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SketchSummary:
+    """One instance's view of its window, as published on the control topic.
+
+    ``total`` events arrived in the last ``span_s`` seconds (``span_s`` <= ``window_s``).
+    ``items`` are (key, count) pairs, heaviest first, where each count is an *upper
+    bound* on the key's true count (never more than ``max_error`` above it); a key
+    not listed had at most ``unreported_bound`` events (>= ``max_error``). ``at_s``
+    is when the summary was taken.
+
+    Construction validates every field like untrusted input and raises
+    HotKeyNoticeError naming it: counts are ints in 0..total (bool is not an int),
+    floats finite, at most MAX_SUMMARY_ITEMS items, keys distinct str of
+    1..MAX_KEY_CHARS characters.
+    """
+
+    instance: str
+    window_s: float
+    span_s: float
+    total: int
+    items: tuple[tuple[str, int], ...]
+    max_error: int
+    unreported_bound: int
+    at_s: float
+
+    def __post_init__(self) -> None:
+        _text(self.instance, "instance", 0)
+        window_s = _number(self.window_s, "window_s", MAX_WINDOW_S, positive=True)
+        span_s = _number(self.span_s, "span_s", window_s, positive=True)
+        total = _count(self.total, "total", _INT64_MAX)
+        max_error = _count(self.max_error, "max_error", total)
+        unreported = _count(self.unreported_bound, "unreported_bound", total)
+        if unreported < max_error:
+            raise HotKeyNoticeError(f"sketch summary field 'unreported_bound' must be >= max_error, got {unreported}")
+        items = self.items
+        if items.__class__ not in (tuple, list) or len(items) > MAX_SUMMARY_ITEMS:
+            raise HotKeyNoticeError(f"sketch summary field 'items' must be a sequence of at most "
+                                    f"{MAX_SUMMARY_ITEMS} (key, count) pairs")
+        pairs = []
+        for item in items:
+            if item.__class__ not in (tuple, list) or len(item) != 2:
+                raise HotKeyNoticeError("sketch summary field 'items' must hold (key, count) pairs")
+            pairs.append((_text(item[0], "items.key", 1), _count(item[1], "items.count", total)))
+        if len({key for key, _ in pairs}) != len(pairs):
+            raise HotKeyNoticeError("sketch summary field 'items' repeats a key")
+        for name, value in (("window_s", window_s), ("span_s", span_s), ("items", tuple(pairs)),
+                            ("at_s", _number(self.at_s, "at_s", math.inf))):
+            object.__setattr__(self, name, value)
+
+    def to_record(self) -> dict[str, Any]:
+        """The summary as a plain dict (Avro/JSON friendly): items become ``{"key", "count"}`` dicts."""
+        return {
+            "instance": self.instance, "window_s": self.window_s, "span_s": self.span_s, "total": self.total,
+            "items": [{"key": key, "count": count} for key, count in self.items],
+            "max_error": self.max_error, "unreported_bound": self.unreported_bound, "at_s": self.at_s,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> SketchSummary:
+        """Build a summary from a decoded record; the inverse of :meth:`to_record`.
+
+        Raises HotKeyNoticeError if ``record`` is not a mapping with exactly the
+        fields of :meth:`to_record`, or any value has the wrong type or range.
+        """
+        if not isinstance(record, Mapping):
+            raise HotKeyNoticeError(f"sketch summary must be a mapping, got {type(record).__name__}")
+        if record.keys() != _SUMMARY_FIELDS:
+            missing, extra = _SUMMARY_FIELDS - record.keys(), record.keys() - _SUMMARY_FIELDS
+            raise HotKeyNoticeError(f"sketch summary fields wrong: missing {sorted(missing)}, "
+                                    f"unknown {sorted(map(str, extra))}")
+        items = record["items"]
+        if items.__class__ not in (list, tuple) or len(items) > MAX_SUMMARY_ITEMS:
+            raise HotKeyNoticeError(f"sketch summary field 'items' must be a list of at most {MAX_SUMMARY_ITEMS}")
+        pairs = []
+        for item in items:
+            if not isinstance(item, Mapping) or item.keys() != {"key", "count"}:
+                raise HotKeyNoticeError("sketch summary field 'items' must hold {'key', 'count'} records")
+            pairs.append((item["key"], item["count"]))
+        fields = {name: record[name] for name in _SUMMARY_FIELDS}
+        fields["items"] = tuple(pairs)
+        return cls(**fields)
+
+
+_SUMMARY_FIELDS = frozenset(SketchSummary.__dataclass_fields__)
+
+
+
+
+def _count(value: Any, name: str, high: int) -> int:
+    if value.__class__ is not int or not 0 <= value <= high:
+        raise HotKeyNoticeError(f"sketch summary field {name!r} must be an int in 0..{high}, got {value!r:.80}")
+    return value  # type: ignore[no-any-return]
+
+
+def _number(value: Any, name: str, high: float, positive: bool = False) -> float:
+    if value.__class__ not in (int, float) or not (math.isfinite(value) and 0 <= value <= high) or (
+            positive and value == 0):
+        low = "(0" if positive else "[0"
+        raise HotKeyNoticeError(f"sketch summary field {name!r} must be a finite number in {low}, {high}], "
+                                f"got {value!r:.80}")
+    return float(value)
+
+
+def _text(value: Any, name: str, min_len: int) -> str:
+    if value.__class__ is not str or not min_len <= len(value) <= MAX_KEY_CHARS:
+        raise HotKeyNoticeError(f"sketch summary field {name!r} must be a str of {min_len}..{MAX_KEY_CHARS} "
+                                f"characters, got {type(value).__name__}")
+    return value  # type: ignore[no-any-return]
+
+
+# --- merging instances --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergedView:
+    """Every instance's latest window, added up, as rates (events/s).
+
+    Instances publish at different moments, so each count is divided by its own
+    ``span_s`` before adding. ``rates[key]`` is an upper bound on the key's total
+    rate: its reported count where an instance listed it, that instance's
+    ``unreported_bound`` where it did not. A key not in ``rates`` has a rate of at
+    most ``unreported_rate``. ``window_s`` is the largest window among the merged
+    summaries (they may differ; rates make them comparable).
+    """
+
+    instances: tuple[str, ...]
+    window_s: float
+    total: int
+    total_rate: float
+    rates: Mapping[str, float]
+    unreported_rate: float
+    at_s: float
+
+    def rate(self, key: str) -> float:
+        """The upper-bound rate of ``key``: ``rates[key]``, else ``unreported_rate``."""
+        return self.rates.get(key, self.unreported_rate)
+
+
+def merge_summaries(summaries: Iterable[SketchSummary], *, now_s: float | None = None,
+                    max_age_s: float | None = None) -> MergedView:
+    """Fold instance summaries into one view; see :class:`MergedView`.
+
+    Summaries are keyed by ``instance``: of two with the same id, the later ``at_s``
+    wins. With ``now_s`` and ``max_age_s``, summaries older than ``now_s - max_age_s``
+    are dropped (a dead instance must not keep its keys hot). An empty input gives an
+    empty view. Raises nothing for valid summaries.
+    """
+    latest: dict[str, SketchSummary] = {}
+    for summary in summaries:
+        seen = latest.get(summary.instance)
+        if seen is None or summary.at_s >= seen.at_s:
+            latest[summary.instance] = summary
+    if now_s is not None and max_age_s is not None:
+        latest = {i: s for i, s in latest.items() if s.at_s >= now_s - max_age_s}
+    unreported_rate = sum(s.unreported_bound / s.span_s for s in latest.values())
+    # rate(key) = sum over instances of (count if listed else unreported_bound) / span:
+    # start every key at the all-unreported sum and correct where it was listed.
+    rates: dict[str, float] = {}
+    for s in latest.values():
+        floor = s.unreported_bound
+        for key, count in s.items:
+            rates[key] = rates.get(key, unreported_rate) + (count - floor) / s.span_s
+    ordered = sorted(latest)
+    return MergedView(
+        instances=tuple(ordered),
+        window_s=max((s.window_s for s in latest.values()), default=0.0),
+        total=sum(s.total for s in latest.values()),
+        total_rate=sum(s.total / s.span_s for s in latest.values()),
+        rates=MappingProxyType({k: max(r, 0.0) for k, r in rates.items()}),
+        unreported_rate=unreported_rate,
+        at_s=max((s.at_s for s in latest.values()), default=0.0),
+    )

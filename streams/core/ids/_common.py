@@ -1,0 +1,59 @@
+"""Plumbing both ID generators share: argument checks and fork safety."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Protocol
+
+from streams.core.errors import ConfigError
+
+
+def require_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    """Return ``value`` if it is an int (not a bool) in [low, high], else raise ConfigError.
+
+    The message names the field and the allowed range, e.g.
+    ``worker_id must be an int in [0, 1023], got -1``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an int {_range(low, high)}, got {value!r} ({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        raise ConfigError(f"{name} must be an int {_range(low, high)}, got {value!r}")
+    return value
+
+
+def _range(low: int, high: int | None) -> str:
+    return f"in [{low}, {high}]" if high is not None else f">= {low}"
+
+
+def check_batch_size(n: object) -> int:
+    """Return ``n`` if it is an int >= 0, else raise ValueError."""
+    if type(n) is not int or n < 0:
+        raise ValueError(f"n must be an int >= 0, got {n!r} ({type(n).__name__})")
+    return n
+
+
+class _ForkAware(Protocol):
+    def _after_fork_in_child(self) -> None: ...
+
+
+_OWNERS: weakref.WeakSet[_ForkAware] = weakref.WeakSet()
+
+
+def reset_after_fork(owner: _ForkAware) -> None:
+    """Call ``owner._after_fork_in_child()`` in every child forked from now on.
+
+    A forked child inherits its parent's locks (possibly held by a thread that does
+    not exist in the child) and any pool of random bits (which two processes would
+    then share); owners replace both there.
+    """
+    _OWNERS.add(owner)
+
+
+def _reset_all() -> None:
+    for owner in list(_OWNERS):
+        owner._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_all)

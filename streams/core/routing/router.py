@@ -1,0 +1,406 @@
+"""Routing maps and the router: the topic and partition of every event.
+
+A :class:`RoutingMap` names a topic (or a per-bucket topic template), a partition
+count and a placement strategy from :data:`streams.core.routing.placement.PLACERS`
+(default ``mod`` + ``murmur2``: Kafka's own rule, so a user's other producers put
+an unsplit key where we do; ``jump`` + ``xxh3`` is the opt-in for topics expected
+to grow). Maps are versioned and take effect at a bucket boundary
+(``first_bucket_ms``). The :class:`Router` keeps the whole history, so every
+producer switches maps at the same event time, a key never straddles two
+partitions inside one bucket, and replays of old buckets use the map that was in
+force then. Install a map before its first bucket begins: the router routes by
+event time and does not read the clock.
+
+Split keys follow the rule of :mod:`streams.core.routing.splits`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import xxhash
+
+from streams.core.errors import ConfigError, InvalidIdError, RoutingMapError
+from streams.core.routing.hashing import canonical_key
+from streams.core.routing.placement import HASHES, MAX_PARTITIONS, PLACEMENTS, make_placer
+from streams.core.routing.splits import HotKeyNotice, SplitTable, event_id_bytes, salted_key, salted_partition
+from streams.core.time.buckets import MAX_TIMESTAMP_MS, TimeBuckets, check_timestamp
+from streams.core.validate import require_fields
+
+__all__ = [
+    "BUCKET_PLACEHOLDER",
+    "UNSPLIT",
+    "Router",
+    "RoutingDecision",
+    "RoutingMap",
+    "partition_for",
+]
+
+#: Marks a topic template: one topic per bucket, e.g. ``"events.{bucket}"``.
+BUCKET_PLACEHOLDER = "{bucket}"
+#: ``RoutingDecision.salt`` of an event whose key is not split.
+UNSPLIT = -1
+
+_INT32_MAX = 2**31 - 1
+_MAX_TOPIC_LENGTH = 249
+_LONGEST_LABEL = "00000000T000000Z"
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+_BUCKET_CACHE_LIMIT = 1024
+_SALTED_MEMO_LIMIT = 65_536
+# Same function as streams.core.routing.hashing.xxh3_64, bound without the wrapper's frame.
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if value.__class__ is not int:
+        raise RoutingMapError(f"routing map field {name!r} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:  # type: ignore[operator]
+        raise RoutingMapError(f"routing map field {name!r} must be in {low}..{high}, got {value}")
+
+
+def _check_topic(topic: object) -> None:
+    if topic.__class__ is not str:
+        raise RoutingMapError(f"routing map field 'topic' must be a str, got {type(topic).__name__}")
+    if topic.count(BUCKET_PLACEHOLDER) > 1:  # type: ignore[attr-defined]
+        raise RoutingMapError(f"routing map field 'topic' may hold {BUCKET_PLACEHOLDER} at most once: {topic!r}")
+    longest = topic.replace(BUCKET_PLACEHOLDER, _LONGEST_LABEL)  # type: ignore[attr-defined]
+    if not 1 <= len(longest) <= _MAX_TOPIC_LENGTH or longest in (".", ".."):
+        raise RoutingMapError(
+            f"routing map field 'topic' must name a topic of 1..{_MAX_TOPIC_LENGTH} characters "
+            f"(with {BUCKET_PLACEHOLDER} as a {len(_LONGEST_LABEL)}-character label), other than '.' and '..': {topic!r}"
+        )
+    if _TOPIC_CHARS.fullmatch(topic.replace(BUCKET_PLACEHOLDER, "")) is None:  # type: ignore[attr-defined]
+        raise RoutingMapError(
+            f"routing map field 'topic' may hold only [A-Za-z0-9._-] outside {BUCKET_PLACEHOLDER}: {topic!r}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutingMap:
+    """One version of the routing rules, in force from bucket ``first_bucket_ms`` on.
+
+    ``version`` 1..2**31-1; ``partitions`` 1..MAX_PARTITIONS; ``placement`` in
+    PLACEMENTS; ``hash`` in HASHES; ``first_bucket_ms`` 0..MAX_TIMESTAMP_MS (the
+    router also requires it to be a bucket start); ``topic`` a Kafka topic name
+    (1..249 of ``[A-Za-z0-9._-]``) or a template holding ``{bucket}`` once, replaced
+    by the bucket label. Raises RoutingMapError naming the field and allowed values.
+    """
+
+    version: int
+    partitions: int
+    topic: str
+    placement: str = "mod"
+    hash: str = "murmur2"
+    first_bucket_ms: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int("version", self.version, 1, _INT32_MAX)
+        _check_int("partitions", self.partitions, 1, MAX_PARTITIONS)
+        _check_int("first_bucket_ms", self.first_bucket_ms, 0, MAX_TIMESTAMP_MS)
+        if self.placement not in PLACEMENTS:
+            raise RoutingMapError(f"routing map field 'placement' must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.hash not in HASHES:
+            raise RoutingMapError(f"routing map field 'hash' must be one of {HASHES}, got {self.hash!r}")
+        _check_topic(self.topic)
+
+    @property
+    def is_template(self) -> bool:
+        """True if ``topic`` holds ``{bucket}``: one topic per bucket."""
+        return BUCKET_PLACEHOLDER in self.topic
+
+    def topic_for(self, label: str) -> str:
+        """The topic for the bucket labelled ``label``: ``topic`` with ``{bucket}`` replaced."""
+        return self.topic.replace(BUCKET_PLACEHOLDER, label)
+
+    def partition_of(self, key: object) -> int:
+        """The unsalted partition of ``key`` under this map; raises InvalidKeyError like canonical_key."""
+        return make_placer(self.hash, self.placement, self.partitions)(canonical_key(key))
+
+    def to_record(self) -> dict[str, Any]:
+        """The map as a dict with exactly the fields of ``schemas/routing_map.avsc``."""
+        return {
+            "version": self.version,
+            "partitions": self.partitions,
+            "placement": self.placement,
+            "hash": self.hash,
+            "first_bucket_ms": self.first_bucket_ms,
+            "topic": self.topic,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> RoutingMap:
+        """Build a map from a decoded record; the inverse of :meth:`to_record`.
+
+        Raises RoutingMapError if ``record`` is not a mapping, lacks a field, has an
+        unknown one, or a value has the wrong type (bool is not an int) or range.
+        """
+        require_fields(record, _MAP_FIELDS, "routing map record", RoutingMapError)
+        return cls(**{name: record[name] for name in _MAP_FIELDS})
+
+
+_MAP_FIELDS = frozenset(RoutingMap.__dataclass_fields__)
+
+
+class RoutingDecision(NamedTuple):
+    """Where one event goes.
+
+    ``key`` is the record key to send (salted ``key#i`` if split); ``bucket_label``
+    names the event's bucket; ``salt`` is UNSPLIT (-1) for an unsplit key.
+    """
+
+    topic: str
+    partition: int
+    key: bytes
+    bucket_index: int
+    bucket_start_ms: int
+    bucket_label: str
+    map_version: int
+    salt: int
+
+
+class _Compiled(NamedTuple):
+    """What routing needs of one installed map, computed once at install."""
+
+    first_ms: int
+    place: Callable[[bytes], int]
+    n: int
+    map: RoutingMap
+    buckets: dict[int, tuple[str, int, str]]  # bucket index -> (topic, start_ms, label)
+
+
+# Builds a RoutingDecision from a tuple of its fields without the generated __new__'s frame.
+_decision = tuple.__new__
+# Keys the router memoises: exact classes only, so no bool (== 1) or float (1.0 == 1)
+# can hit an entry made for another value.
+_MEMOISED = frozenset((str, bytes, int, uuid.UUID))
+
+
+class Router:
+    """Routes events to (topic, partition, record key) under a history of routing maps.
+
+    ``maps`` may come in any order; they are installed by version, which must rise
+    strictly together with ``first_bucket_ms``. ``splits`` is the live split table
+    (a fresh empty one if omitted). ``memo_size`` bounds the memo of recently routed
+    keys (str, bytes, int, UUID): each key's unsplit decision in its latest bucket,
+    so a repeated key costs one dict lookup instead of canonicalising and hashing
+    again (the compiled murmur2 call alone costs several lookups); 0 disables it.
+    A full memo is cleared, not evicted; each entry costs roughly 300 bytes, so the
+    default holds about 20 MB at most. Repeated calls may return the same
+    (immutable) decision object.
+    Thread-safe: ``install`` and split updates may run beside ``route`` in other
+    threads. Raises RoutingMapError if ``maps`` is empty or a map cannot be
+    installed (see :meth:`install`), ConfigError for a bad ``memo_size``.
+    """
+
+    def __init__(
+        self,
+        buckets: TimeBuckets,
+        maps: Iterable[RoutingMap],
+        splits: SplitTable | None = None,
+        memo_size: int = 65_536,
+    ) -> None:
+        if not isinstance(buckets, TimeBuckets):
+            raise RoutingMapError(f"buckets must be a TimeBuckets, got {type(buckets).__name__}")
+        if memo_size.__class__ is not int or memo_size < 0:
+            raise ConfigError(f"memo_size must be an int >= 0, got {memo_size!r}")
+        self.buckets = buckets
+        self.splits = SplitTable() if splits is None else splits
+        self._memo_size = memo_size
+        # key -> its unsplit decision in the bucket it was last routed in
+        self._memo: dict[object, RoutingDecision] = {}
+        # split key bytes -> (its unsplit decision, {salt: decision of that sub-key})
+        self._salted_memo: dict[bytes, tuple[RoutingDecision, dict[int, RoutingDecision]]] = {}
+        self._width_ms = buckets.width_ms
+        self._split_lookup = self.splits.lookup
+        self._lock = threading.Lock()
+        self._history: tuple[tuple[int, ...], tuple[_Compiled, ...]] = ((), ())
+        self._newest: _Compiled | None = None
+        ordered = sorted(maps, key=lambda m: m.version if isinstance(m, RoutingMap) else 0)
+        if not ordered:
+            raise RoutingMapError("a Router needs at least one routing map")
+        for routing_map in ordered:
+            self.install(routing_map)
+
+    @property
+    def current(self) -> RoutingMap:
+        """The newest installed map (in force from its first bucket on)."""
+        return self._newest.map  # type: ignore[union-attr]
+
+    @property
+    def maps(self) -> tuple[RoutingMap, ...]:
+        """Every installed map, oldest first."""
+        return tuple(c.map for c in self._history[1])
+
+    def install(self, routing_map: RoutingMap) -> None:
+        """Add a map that takes effect at its ``first_bucket_ms``.
+
+        Raises RoutingMapError unless its version and first bucket are both strictly
+        greater than the newest map's and ``first_bucket_ms`` is a bucket start.
+        """
+        if not isinstance(routing_map, RoutingMap):
+            raise RoutingMapError(f"install needs a RoutingMap, got {type(routing_map).__name__}")
+        if routing_map.first_bucket_ms % self._width_ms:
+            raise RoutingMapError(
+                f"routing map v{routing_map.version}: first_bucket_ms {routing_map.first_bucket_ms} "
+                f"is not the start of a {self._width_ms} ms bucket"
+            )
+        with self._lock:
+            newest = self._newest
+            if newest is not None and routing_map.version <= newest.map.version:
+                raise RoutingMapError(
+                    f"routing map version {routing_map.version} must be greater than the newest, {newest.map.version}"
+                )
+            if newest is not None and routing_map.first_bucket_ms <= newest.first_ms:
+                raise RoutingMapError(
+                    f"routing map v{routing_map.version}: first_bucket_ms {routing_map.first_bucket_ms} "
+                    f"must be later than v{newest.map.version}'s {newest.first_ms}"
+                )
+            place = make_placer(routing_map.hash, routing_map.placement, routing_map.partitions)
+            compiled = _Compiled(routing_map.first_bucket_ms, place, routing_map.partitions, routing_map, {})
+            starts, history = self._history
+            self._history = (starts + (compiled.first_ms,), history + (compiled,))
+            self._newest = compiled
+            # After _newest: a memo that a router thread reads is never older than the
+            # maps it reads next (see _resolve), so no entry made under an older
+            # history survives into this one.
+            self._memo = {}
+            self._salted_memo = {}
+
+    def map_for(self, ts_ms: int) -> RoutingMap:
+        """The map in force for the bucket holding ``ts_ms``.
+
+        Raises InvalidBucketError for a bad timestamp and RoutingMapError if ``ts_ms``
+        is before the first map's first bucket.
+        """
+        return self._compiled_for(check_timestamp(ts_ms)).map
+
+    def _compiled_for(self, ts_ms: int) -> _Compiled:
+        newest = self._newest
+        if ts_ms >= newest.first_ms:  # type: ignore[union-attr]
+            return newest  # type: ignore[return-value]
+        starts, history = self._history
+        i = bisect.bisect_right(starts, ts_ms) - 1
+        if i < 0:
+            raise RoutingMapError(f"no routing map covers {ts_ms} ms: the first starts at {starts[0]} ms")
+        return history[i]
+
+    def route(self, key: object, ts_ms: int, event_id: object = None) -> RoutingDecision:
+        """Route one event with routing key ``key`` and event time ``ts_ms``.
+
+        ``key`` is anything canonical_key accepts. ``event_id`` (bytes, int or
+        uuid.UUID) chooses the salt of a split key and is required for one. The
+        partition is always in ``[0, n)`` of the map in force for ``ts_ms``.
+        Raises InvalidKeyError for a bad key, InvalidBucketError for a bad time,
+        RoutingMapError if no map covers ``ts_ms``, and InvalidIdError if the key
+        is split and ``event_id`` is missing or malformed.
+        """
+        if ts_ms.__class__ is not int:
+            ts_ms = check_timestamp(ts_ms)
+        # Fast path: the key's unsplit decision in this bucket, memoised. Memo entries
+        # only ever hold valid buckets, so a hit also proves ts_ms is in range.
+        decision = self._memo.get(key) if key.__class__ in _MEMOISED else None
+        if decision is None or not 0 <= ts_ms - decision[4] < self._width_ms:
+            decision = self._resolve(key, ts_ms, decision)
+        k = self._split_lookup(decision[2])
+        if k is None:
+            return decision
+        return self._salted(decision, k, event_id)
+
+    def _resolve(self, key: object, ts_ms: int, stale: RoutingDecision | None) -> RoutingDecision:
+        """Build (and memoise) the unsplit decision of ``key`` in the bucket holding ``ts_ms``.
+
+        ``stale`` is the key's memoised decision for another bucket, if any.
+        """
+        memo = self._memo  # read before the maps: see install
+        if not 0 <= ts_ms <= MAX_TIMESTAMP_MS:  # route() has already made it an int
+            ts_ms = check_timestamp(ts_ms)
+        compiled = self._compiled_for(ts_ms)
+        version = compiled.map.version
+        if stale is not None and stale[6] == version:  # same map, other bucket: reuse
+            kb, partition = stale[2], stale[1]
+        else:
+            kb = canonical_key(key)
+            partition = compiled.place(kb)
+        width = self._width_ms
+        index = ts_ms // width
+        bucket = compiled.buckets.get(index)
+        if bucket is None:
+            start = index * width
+            label = self.buckets.label_of(start)
+            bucket = (compiled.map.topic_for(label), start, label)
+            if len(compiled.buckets) >= _BUCKET_CACHE_LIMIT:
+                compiled.buckets.clear()
+            compiled.buckets[index] = bucket
+        topic, start, label = bucket
+        decision: RoutingDecision = _decision(
+            RoutingDecision, (topic, partition, kb, index, start, label, version, UNSPLIT)
+        )
+        if self._memo_size and key.__class__ in _MEMOISED:
+            if len(memo) >= self._memo_size:
+                memo.clear()
+            memo[key] = decision
+        return decision
+
+    def _salted(self, decision: RoutingDecision, k: int, event_id: object) -> RoutingDecision:
+        """The decision for one event of a key split ``k`` ways; ``decision`` is its unsplit one.
+
+        The rule of streams.core.routing.splits: salt i = xxh3_64(event ID bytes) % k, record key
+        ``key#i``, partition ``(p0 + i) % n``; so k <= n sub-keys sit on k distinct
+        partitions. A map in force with fewer partitions than k caps k at n. The
+        decision for salt i does not depend on k, so it is memoised per salt, beside
+        the unsplit decision it derives from (a new bucket or map means a new one).
+        """
+        compiled = self._newest
+        if decision[4] < compiled.first_ms:  # type: ignore[union-attr]
+            compiled = self._compiled_for(decision[4])
+        n = compiled.n  # type: ignore[union-attr]
+        if k >= n:
+            k = n
+            if k == 1:
+                return decision
+        if event_id.__class__ is not bytes or not event_id:
+            if event_id is None:
+                raise InvalidIdError(
+                    f"key {decision[2][:64]!r} is split {k} ways: route() needs its event_id to pick a salt"
+                )
+            event_id = event_id_bytes(event_id)
+        salt = _xxh3(event_id) % k  # type: ignore[arg-type]
+        kb = decision[2]
+        memo = self._salted_memo
+        subs = memo.get(kb)
+        if subs is None or subs[0] is not decision:
+            subs = (decision, {})
+            if len(memo) >= _SALTED_MEMO_LIMIT:
+                memo.clear()
+            memo[kb] = subs
+        sub = subs[1].get(salt)
+        if sub is None:
+            topic, p0, _, index, start, label, version, _ = decision
+            sub = _decision(
+                RoutingDecision,
+                (topic, salted_partition(p0, salt, n), salted_key(kb, salt), index, start, label, version, salt),
+            )
+            subs[1][salt] = sub
+        return sub
+
+    def apply_notice(self, notice: HotKeyNotice) -> None:
+        """Apply a hot-key notice to the split table against the newest map's partitions.
+
+        Raises HotKeyNoticeError (counted by the table) if its split factor exceeds
+        that partition count or the table rejects it.
+        """
+        self.splits.apply(notice, self.current.partitions)
+
+
+def partition_for(key: object, ts_ms: int, router: Router, event_id: object = None) -> int:
+    """The partition ``router`` picks for ``key`` at ``ts_ms``; for faust's ``Topic.send(partition=...)``.
+
+    Raises what :meth:`Router.route` raises.
+    """
+    return router.route(key, ts_ms, event_id)[1]

@@ -1,0 +1,85 @@
+"""The pure plan for topic-per-bucket mode (``events.{bucket}``).
+
+Which bucket topics to create ahead of time and which have aged out. It reads
+nothing and changes nothing; :func:`streams.kafka.admin.roll_bucket_topics` carries
+it out against the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from streams.core.errors import ConfigError, InvalidBucketError
+from streams.core.routing.router import BUCKET_PLACEHOLDER
+from streams.core.time.buckets import Bucket, TimeBuckets
+from streams.core.time.eventtime import check_config_int, check_ms
+
+__all__ = ["TopicPlan", "plan_bucket_topics"]
+
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+
+
+class TopicPlan(NamedTuple):
+    """Topics to create and to delete, each in bucket (time) order."""
+
+    create: tuple[str, ...]
+    delete: tuple[str, ...]
+
+
+def plan_bucket_topics(
+    template: str,
+    buckets: TimeBuckets,
+    now_ms: int,
+    ahead: int,
+    retention_ms: int,
+    existing: Iterable[str],
+) -> TopicPlan:
+    """Plan topic-per-bucket housekeeping at wall clock ``now_ms``; pure, no side effects.
+
+    ``template`` holds ``{bucket}`` exactly once (e.g. ``"events.{bucket}"``) and is
+    filled with :attr:`Bucket.label`. Creates the topics of the current bucket and
+    the next ``ahead`` (>= 0) that are not in ``existing``; deletes the existing
+    topics that match the template exactly (the label parses back to a bucket of
+    this width) and whose bucket ended at or before ``now_ms - retention_ms``. Any
+    other topic (``events.foo``, ``other.20261202T1100Z``) is never touched. Raises
+    ConfigError for a bad template, ``ahead`` or ``retention_ms``, and
+    InvalidBucketError for a bad ``now_ms``.
+    """
+    if not isinstance(template, str) or template.count(BUCKET_PLACEHOLDER) != 1:
+        raise ConfigError(f"template must be a str holding {BUCKET_PLACEHOLDER} exactly once, got {template!r}")
+    if _TOPIC_CHARS.fullmatch(template.replace(BUCKET_PLACEHOLDER, "")) is None:
+        raise ConfigError(f"template may hold only [A-Za-z0-9._-] outside {BUCKET_PLACEHOLDER}: {template!r}")
+    if not isinstance(buckets, TimeBuckets):
+        raise ConfigError(f"buckets must be a TimeBuckets, got {type(buckets).__name__}")
+    ahead = check_config_int(ahead, "ahead", 0, 10_000)
+    retention_ms = check_config_int(retention_ms, "retention_ms", 0)
+    now = check_ms(now_ms, "now_ms")
+    prefix, suffix = template.split(BUCKET_PLACEHOLDER)
+    have = set(existing)
+    first = buckets.bucket_index(now)
+    wanted = [prefix + buckets.bucket_at_index(i).label + suffix for i in range(first, first + ahead + 1)]
+    expired: list[tuple[int, str]] = []
+    for topic in have:
+        bucket = _bucket_of_topic(topic, prefix, suffix, buckets)
+        if bucket is not None and bucket.end_ms + retention_ms <= now:
+            expired.append((bucket.index, topic))
+    return TopicPlan(
+        tuple(name for name in wanted if name not in have),
+        tuple(topic for _, topic in sorted(expired)),
+    )
+
+
+def _bucket_of_topic(topic: object, prefix: str, suffix: str, buckets: TimeBuckets) -> Bucket | None:
+    """The bucket ``topic`` names under the template, or None if it does not match exactly."""
+    if not isinstance(topic, str) or len(topic) <= len(prefix) + len(suffix):
+        return None
+    if not (topic.startswith(prefix) and topic.endswith(suffix)):
+        return None
+    label = topic[len(prefix) : len(topic) - len(suffix)]
+    try:
+        bucket = buckets.parse_label(label)
+    except InvalidBucketError:
+        return None
+    return bucket if bucket.label == label else None

@@ -1,0 +1,1 @@
+"""The Kafka edges, on confluent-kafka: the routing producer, control-topic followers, admin, monitor, replay."""

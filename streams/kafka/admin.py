@@ -1,0 +1,405 @@
+"""Topic administration: the project's topics with the right configs, and bucket-topic housekeeping.
+
+An edge module (it talks to the cluster through ``confluent_kafka.admin.AdminClient``):
+
+* :func:`project_topic_specs` says what the project's topics (:class:`~streams.core.config.TopicNames`)
+  should look like. Topics holding the *latest value per key* are compacted:
+  ``hot_keys`` (one notice per key), ``aggregates`` (a late correction replaces the
+  value emitted at close) and ``routing_maps`` (one record per map version).
+  Streams of facts use the delete policy: ``events``, ``sketches``, ``partials``,
+  ``late_events``, ``dead_letters`` and ``bucket_closed``. Control topics
+  (``sketches``, ``hot_keys``, ``routing_maps``, ``bucket_closed``, ``dead_letters``)
+  get ``control_partitions`` (1: one ordered log, and one hot-key decider reading
+  the sketches), data topics ``partitions``; the same counts the faust app creates.
+  A topic template (``events.{bucket}``) is not a topic: :func:`roll_bucket_topics`
+  creates its topics bucket by bucket.
+* :func:`ensure_topics` creates what is missing and waits until the cluster's
+  metadata shows every topic; :func:`describe_topics` reads partitions and configs
+  back; :func:`topic_partitions` is the cheap existence check.
+* :func:`roll_bucket_topics` carries out :func:`streams.core.topicplan.plan_bucket_topics`
+  (create the current and next ``ahead`` bucket topics, delete the expired ones),
+  or with ``dry_run`` only reports the plan.
+
+Every call is bounded by ``timeout_s``: an unreachable cluster is a
+:class:`TopicAdminError` after at most about that long, never a hang. ``admin_config``
+is a confluent-kafka config dict; errors show its ``bootstrap.servers`` only.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, ConfigSource, NewTopic, ResourceType
+
+from streams.core.config import TopicNames, redact
+from streams.core.errors import ConfigError, StreamsError
+from streams.core.routing.placement import MAX_PARTITIONS
+from streams.core.routing.router import BUCKET_PLACEHOLDER
+from streams.core.time.buckets import TimeBuckets
+from streams.core.topicplan import TopicPlan, plan_bucket_topics
+
+__all__ = [
+    "COMPACTED_ROLES",
+    "CONTROL_ROLES",
+    "EnsuredTopic",
+    "RollResult",
+    "TopicAdminError",
+    "TopicInfo",
+    "TopicNotFoundError",
+    "TopicSpec",
+    "describe_topics",
+    "ensure_topics",
+    "project_topic_specs",
+    "roll_bucket_topics",
+    "topic_partitions",
+]
+
+#: TopicNames fields whose topics are compacted (latest value per key).
+COMPACTED_ROLES = frozenset({"hot_keys", "aggregates", "routing_maps"})
+#: TopicNames fields whose topics are small control logs (``control_partitions``).
+CONTROL_ROLES = frozenset({"sketches", "hot_keys", "routing_maps", "bucket_closed", "dead_letters"})
+
+_UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+                          KafkaError._RESOLVE})
+_POLL_S = 0.1
+
+
+class TopicAdminError(StreamsError):
+    """The cluster could not be reached in time, or refused a topic operation; the message says which."""
+
+
+class TopicNotFoundError(TopicAdminError):
+    """A topic that must exist does not."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create: name, partitions (1..MAX_PARTITIONS), configs, replication (-1: broker default).
+
+    ``role`` is the :class:`TopicNames` field it plays ("" for none). Raises
+    ConfigError for a template name or an out-of-range count.
+    """
+
+    name: str
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+    role: str = ""
+    replication_factor: int = -1
+
+    def __post_init__(self) -> None:
+        if BUCKET_PLACEHOLDER in self.name:
+            raise ConfigError(f"{self.name!r} is a topic template, not a topic: roll creates its topics")
+        if not (isinstance(self.partitions, int) and 1 <= self.partitions <= MAX_PARTITIONS):
+            raise ConfigError(f"partitions of {self.name!r} must be an int in 1..{MAX_PARTITIONS}, "
+                              f"got {self.partitions!r}")
+        if not (isinstance(self.replication_factor, int) and (self.replication_factor == -1
+                                                               or 1 <= self.replication_factor <= 32767)):
+            raise ConfigError(f"replication factor must be -1 (broker default) or 1..32767, "
+                              f"got {self.replication_factor!r}")
+
+
+def project_topic_specs(
+    names: TopicNames,
+    *,
+    partitions: int,
+    control_partitions: int = 1,
+    replication_factor: int = -1,
+    retention_ms: int | None = None,
+) -> tuple[TopicSpec, ...]:
+    """The specs of the project's topics, in TopicNames order, templates left out.
+
+    Compacted roles get ``cleanup.policy=compact``; the others ``cleanup.policy=delete``
+    and, when ``retention_ms`` is given, ``retention.ms`` (-1: forever). Raises
+    ConfigError for out-of-range counts or retention.
+    """
+    if retention_ms is not None and not (isinstance(retention_ms, int) and retention_ms >= -1):
+        raise ConfigError(f"retention_ms must be an int >= -1 (-1: keep forever), got {retention_ms!r}")
+    specs = []
+    for f in dataclasses.fields(names):
+        name = getattr(names, f.name)
+        if BUCKET_PLACEHOLDER in name:
+            continue
+        if f.name in COMPACTED_ROLES:
+            config = {"cleanup.policy": "compact"}
+        else:
+            config = {"cleanup.policy": "delete"}
+            if retention_ms is not None:
+                config["retention.ms"] = str(retention_ms)
+        count = control_partitions if f.name in CONTROL_ROLES else partitions
+        specs.append(TopicSpec(name, count, config, f.name, replication_factor))
+    return tuple(specs)
+
+
+# --- create, describe, check -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnsuredTopic:
+    """A topic after :func:`ensure_topics`: ``created`` now, or already there; its partition count."""
+
+    name: str
+    created: bool
+    partitions: int
+
+
+def ensure_topics(admin_config: Mapping[str, Any], specs: Iterable[TopicSpec], *,
+                  timeout_s: float = 10.0) -> tuple[EnsuredTopic, ...]:
+    """Create each topic of ``specs`` that does not exist; wait until all show in metadata.
+
+    An existing topic is left as it is (its partition count is reported, its configs
+    are not changed). Raises TopicAdminError if the cluster cannot be reached or
+    refuses a creation, or a topic does not show up within ``timeout_s``.
+    """
+    specs = tuple(specs)
+    admin = _admin(admin_config)
+    existing = _metadata(admin, admin_config, timeout_s).topics
+    missing = [s for s in specs if s.name not in existing]
+    created = set(_create(admin, missing, timeout_s))
+    partitions = _wait_for(admin, admin_config, [s.name for s in specs], present=True, timeout_s=timeout_s)
+    return tuple(EnsuredTopic(s.name, s.name in created, partitions[s.name]) for s in specs)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic as the cluster sees it; partition and config fields are None when it does not exist.
+
+    ``retention_ms`` is -1 for "forever"; ``overrides`` holds the configs set on the
+    topic itself (not broker or default values).
+    """
+
+    name: str
+    role: str
+    exists: bool
+    partitions: int | None = None
+    replication_factor: int | None = None
+    cleanup_policy: str | None = None
+    retention_ms: int | None = None
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def compacted(self) -> bool:
+        """True if ``cleanup.policy`` includes compact."""
+        return "compact" in (self.cleanup_policy or "")
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return {"name": self.name, "role": self.role, "exists": self.exists, "partitions": self.partitions,
+                "replication_factor": self.replication_factor, "cleanup_policy": self.cleanup_policy,
+                "retention_ms": self.retention_ms, "compacted": self.compacted, "overrides": dict(self.overrides)}
+
+
+def describe_topics(admin_config: Mapping[str, Any], topics: Mapping[str, str] | Sequence[str], *,
+                    timeout_s: float = 10.0) -> tuple[TopicInfo, ...]:
+    """Describe ``topics`` (names, or a mapping name -> role), in the order given.
+
+    Raises TopicAdminError if the cluster cannot be reached or a config lookup fails.
+    """
+    roles = dict(topics) if isinstance(topics, Mapping) else {name: "" for name in topics}
+    admin = _admin(admin_config)
+    md = _metadata(admin, admin_config, timeout_s)
+    present = [name for name in roles if name in md.topics and md.topics[name].error is None]
+    configs = _describe_configs(admin, present, timeout_s) if present else {}
+    infos = []
+    for name, role in roles.items():
+        if name not in present:
+            infos.append(TopicInfo(name, role, False))
+            continue
+        parts = md.topics[name].partitions
+        entries = configs[name]
+        retention = entries.get("retention.ms")
+        infos.append(TopicInfo(
+            name, role, True, len(parts),
+            len(parts[min(parts)].replicas) if parts else None,
+            entries["cleanup.policy"].value if "cleanup.policy" in entries else None,
+            int(retention.value) if retention is not None and retention.value is not None else None,
+            {k: e.value for k, e in sorted(entries.items()) if _is_topic_override(e)},
+        ))
+    return tuple(infos)
+
+
+def topic_partitions(admin_config: Mapping[str, Any], topic: str, *, timeout_s: float = 10.0) -> int:
+    """The partition count of ``topic``, read from metadata without creating anything.
+
+    Raises TopicNotFoundError if the topic does not exist, TopicAdminError if the
+    cluster cannot be reached within ``timeout_s``.
+    """
+    md = _metadata(_admin(admin_config), admin_config, timeout_s)
+    info = md.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        reason = f" ({info.error.str()})" if info is not None and info.error is not None else ""
+        raise TopicNotFoundError(f"topic {topic!r} does not exist on {_where(admin_config)}{reason}")
+    return len(info.partitions)
+
+
+# --- topic-per-bucket housekeeping --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RollResult:
+    """What a roll planned at ``now_ms`` and, unless ``dry_run``, did."""
+
+    template: str
+    now_ms: int
+    plan: TopicPlan
+    dry_run: bool
+    created: tuple[str, ...]
+    deleted: tuple[str, ...]
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return {"template": self.template, "now_ms": self.now_ms, "dry_run": self.dry_run,
+                "plan": {"create": list(self.plan.create), "delete": list(self.plan.delete)},
+                "created": list(self.created), "deleted": list(self.deleted)}
+
+
+def roll_bucket_topics(
+    admin_config: Mapping[str, Any],
+    template: str,
+    buckets: TimeBuckets,
+    *,
+    ahead: int,
+    retention_ms: int,
+    partitions: int,
+    replication_factor: int = -1,
+    now_ms: int | None = None,
+    dry_run: bool = False,
+    timeout_s: float = 10.0,
+) -> RollResult:
+    """Plan with :func:`plan_bucket_topics` against the cluster's topics, then carry it out.
+
+    Creates the planned topics (``partitions`` each, delete policy) and deletes the
+    expired ones, waiting until metadata shows both; with ``dry_run`` changes
+    nothing. ``now_ms`` defaults to the wall clock. Raises ConfigError for a bad
+    template, ``ahead`` or ``retention_ms``, and TopicAdminError as ensure_topics.
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    admin = _admin(admin_config)
+    existing = _metadata(admin, admin_config, timeout_s).topics
+    plan = plan_bucket_topics(template, buckets, now, ahead, retention_ms, existing)
+    if dry_run:
+        return RollResult(template, now, plan, True, (), ())
+    specs = [TopicSpec(name, partitions, {"cleanup.policy": "delete"}, "", replication_factor) for name in plan.create]
+    created = _create(admin, specs, timeout_s)
+    _wait_for(admin, admin_config, plan.create, present=True, timeout_s=timeout_s)
+    deleted = _delete(admin, plan.delete, timeout_s)
+    _wait_for(admin, admin_config, plan.delete, present=False, timeout_s=timeout_s)
+    return RollResult(template, now, plan, False, tuple(created), tuple(deleted))
+
+
+# --- the admin client ----------------------------------------------------------------------
+
+
+def _where(admin_config: Mapping[str, Any]) -> str:
+    return str(admin_config.get("bootstrap.servers", "?"))
+
+
+def _admin(admin_config: Mapping[str, Any]) -> AdminClient:
+    try:
+        return AdminClient(dict(admin_config))
+    except (KafkaException, ValueError, TypeError) as exc:
+        shown = redact({k: v for k, v in admin_config.items() if k != "logger"})
+        raise TopicAdminError(f"invalid Kafka client configuration {shown}: {exc}") from None
+
+
+def _error_text(exc: BaseException) -> tuple[KafkaError | None, str]:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if isinstance(err, KafkaError):
+        return err, err.str()
+    return None, str(exc) or type(exc).__name__
+
+
+def _metadata(admin: AdminClient, admin_config: Mapping[str, Any], timeout_s: float) -> ClusterMetadata:
+    """All topics' metadata (never one topic's: that request may auto-create it)."""
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        err, text = _error_text(exc)
+        if err is not None and err.code() in _UNREACHABLE:
+            raise TopicAdminError(f"cannot reach the Kafka cluster at {_where(admin_config)} "
+                                  f"within {timeout_s:g} s: {text}") from None
+        raise TopicAdminError(f"metadata request to {_where(admin_config)} failed: {text}") from None
+
+
+def _result(future: concurrent.futures.Future[Any], what: str, timeout_s: float) -> tuple[KafkaError | None, Any]:
+    """``(None, result)``, or ``(error, None)`` for a KafkaException; raise TopicAdminError on a timeout."""
+    try:
+        return None, future.result(timeout_s)
+    except concurrent.futures.TimeoutError:
+        raise TopicAdminError(f"{what}: no answer within {timeout_s:g} s") from None
+    except KafkaException as exc:
+        err, text = _error_text(exc)
+        if err is None:
+            raise TopicAdminError(f"{what}: {text}") from None
+        return err, None
+
+
+def _create(admin: AdminClient, specs: Sequence[TopicSpec], timeout_s: float) -> list[str]:
+    """Create ``specs``; return the names created now (an existing one is not an error)."""
+    if not specs:
+        return []
+    new = [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs]
+    futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
+    created = []
+    for spec in specs:
+        err, _ = _result(futures[spec.name], f"creating topic {spec.name!r}", timeout_s + 5)
+        if err is None:
+            created.append(spec.name)
+        elif err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise TopicAdminError(f"cannot create topic {spec.name!r}: {err.str()}")
+    return created
+
+
+def _delete(admin: AdminClient, names: Sequence[str], timeout_s: float) -> list[str]:
+    """Delete ``names``; return those deleted now (one already gone is not an error)."""
+    if not names:
+        return []
+    futures = admin.delete_topics(list(names), operation_timeout=timeout_s, request_timeout=timeout_s)
+    deleted = []
+    for name in names:
+        err, _ = _result(futures[name], f"deleting topic {name!r}", timeout_s + 5)
+        if err is None:
+            deleted.append(name)
+        elif err.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TopicAdminError(f"cannot delete topic {name!r}: {err.str()}")
+    return deleted
+
+
+def _wait_for(admin: AdminClient, admin_config: Mapping[str, Any], names: Sequence[str], *, present: bool,
+              timeout_s: float) -> dict[str, int]:
+    """Poll metadata until every name is present (with partitions) or absent; return partition counts."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = _metadata(admin, admin_config, timeout_s).topics
+        counts = {n: len(topics[n].partitions) for n in names
+                  if n in topics and topics[n].error is None and topics[n].partitions}
+        waiting = [n for n in names if (n in counts) != present]
+        if not waiting:
+            return counts
+        if time.monotonic() >= deadline:
+            state = "appear" if present else "disappear"
+            raise TopicAdminError(f"topics did not {state} in the metadata of {_where(admin_config)} "
+                                  f"within {timeout_s:g} s: {', '.join(waiting)}")
+        time.sleep(_POLL_S)
+
+
+def _describe_configs(admin: AdminClient, names: Sequence[str], timeout_s: float) -> dict[str, dict[str, Any]]:
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+    futures = admin.describe_configs(resources, request_timeout=timeout_s)
+    out = {}
+    for resource, future in futures.items():
+        err, entries = _result(future, f"describing topic {resource.name!r}", timeout_s + 5)
+        if err is not None:
+            raise TopicAdminError(f"cannot describe topic {resource.name!r}: {err.str()}")
+        out[resource.name] = entries
+    return out
+
+
+def _is_topic_override(entry: Any) -> bool:
+    """True for a config set on the topic itself (the C layer may hand the source over as an int)."""
+    return entry.source in (ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)

@@ -1,0 +1,153 @@
+"""Follow the compacted hot-keys topic and keep a router's split table current.
+
+A background thread reads every partition of the topic from the beginning (it is
+compacted, so the beginning is the current state) with no consumer group offsets,
+and keeps reading with a short poll so a new notice reaches the split table within
+about ``poll_timeout_s``. The control topic is untrusted input: each record is
+decoded with the ``hot_key_notice`` schema and validated; a malformed or hostile
+notice (split factor 0, negative or above the partition count, a key that does not
+match the record key, an enormous key, a wrong schema) is rejected and counted,
+never applied and never fatal. A tombstone (null value) unsplits its key.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from streams.core.config import redact
+from streams.core.errors import HotKeyNoticeError, SerializationError
+from streams.core.routing.router import Router
+from streams.core.serde import AvroCodec
+
+__all__ = ["HotKeyFollower"]
+
+log = logging.getLogger(__name__)
+
+
+class HotKeyFollower:
+    """Applies hot-key notices from ``topic`` to ``router.splits`` in a daemon thread.
+
+    ``applied`` and ``rejected`` count notices; ``last_applied_monotonic`` is the
+    ``time.monotonic()`` of the newest applied notice (for latency measurements).
+    """
+
+    def __init__(self, router: Router, client_config: Mapping[str, Any], topic: str,
+                 *, poll_timeout_s: float = 0.05) -> None:
+        self.router = router
+        self.topic = topic
+        self.poll_timeout_s = poll_timeout_s
+        self.applied = 0
+        self.rejected = 0
+        self.last_applied_monotonic: float | None = None
+        self._codec = AvroCodec("hot_key_notice")
+        self._config = {
+            **client_config,
+            "group.id": f"streams-hotkeys-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "allow.auto.create.topics": False,
+            "fetch.wait.max.ms": 50,
+        }
+        self._stop = threading.Event()
+        self._current = threading.Event()
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=f"hotkeys-{topic}", daemon=True)
+        self._error: str | None = None
+
+    def start(self) -> None:
+        """Start the background thread."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread and close its consumer."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def wait_until_current(self, timeout: float) -> bool:
+        """Block until every notice present at start has been read; False on timeout."""
+        return self._current.wait(timeout)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``predicate()`` holds after some notice was handled; False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(predicate, timeout)
+
+    @property
+    def error(self) -> str | None:
+        """The last error the thread met talking to Kafka (credentials redacted), if any."""
+        return self._error
+
+    def _run(self) -> None:
+        try:
+            consumer = Consumer(self._config)
+        except KafkaException as exc:
+            self._error = f"cannot create the hot-keys consumer {redact(self._config)}: {exc}"
+            log.error(self._error)
+            return
+        try:
+            ends = self._assign(consumer)
+            while not self._stop.is_set():
+                msg = consumer.poll(self.poll_timeout_s)
+                if msg is not None:
+                    if msg.error() is not None:
+                        self._error = str(msg.error())
+                        continue
+                    self._handle(msg.key(), msg.value())
+                    with self._changed:
+                        self._changed.notify_all()
+                    if ends is not None and msg.offset() + 1 >= ends.get(msg.partition(), 0):
+                        ends.pop(msg.partition(), None)
+                if ends is not None and not ends:
+                    self._current.set()
+                    ends = None
+        finally:
+            consumer.close()
+
+    def _assign(self, consumer: Consumer) -> dict[int, int] | None:
+        """Assign every partition from the beginning; returns the end offsets to catch up to."""
+        while not self._stop.is_set():
+            try:
+                md = consumer.list_topics(self.topic, timeout=5)
+                info = md.topics.get(self.topic)
+                if info is not None and info.error is None and info.partitions:
+                    parts = sorted(info.partitions)
+                    consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+                    ends = {}
+                    for p in parts:
+                        low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)
+                        if high > low:
+                            ends[p] = high
+                    return ends
+            except KafkaException as exc:
+                self._error = str(exc)
+            self._stop.wait(0.5)  # the topic does not exist yet: look again shortly
+        return None
+
+    def _handle(self, key: bytes | None, value: bytes | None) -> None:
+        splits = self.router.splits
+        try:
+            if value is None:  # tombstone: the detector is done with this key
+                if not key:
+                    raise HotKeyNoticeError("tombstone without a key")
+                splits.remove(key)
+                self.applied += 1
+                self.last_applied_monotonic = time.monotonic()
+                return
+            record = self._codec.decode(value)
+            if key is not None and record.get("key") != key:
+                raise HotKeyNoticeError("notice key does not match the record key")
+            notice = splits.apply_record(record, self.router.current.partitions)
+            self.applied += 1
+            self.last_applied_monotonic = time.monotonic()
+            log.debug("split %r %d ways", notice.key_display, notice.split_factor)
+        except (SerializationError, HotKeyNoticeError) as exc:
+            self.rejected += 1
+            log.warning("rejected hot-key notice on %s: %s", self.topic, exc)

@@ -1,0 +1,313 @@
+"""What the pipeline looks like right now: hot keys, events-topic rates and the workers' lag.
+
+A :class:`Snapshot` is a frozen picture of
+
+* the hot-keys topic (compacted, one hot-key notice per key): the latest valid
+  notice per key, the number of tombstones read and of malformed records met;
+* the events topic: each partition's end offset, its message rate since the
+  previous snapshot (end-offset delta over elapsed time), and the committed offset
+  and lag of the workers' consumer group.
+
+The folding is pure and Kafka-free (:class:`NoticeFold`, :func:`partition_stats`);
+:class:`Monitor` is the edge that reads the cluster. It reads the hot-keys topic
+like a producer's :class:`~streams.kafka.follower.HotKeyFollower` does (every
+partition from the beginning, no group offsets, the notice validated as untrusted
+input) but bounded: each snapshot reads up to the end offsets taken when it starts,
+continuing where the previous snapshot stopped. Committed offsets come from a plain
+``Consumer.committed`` call under the group's id (the consumer never joins the
+group); ``AdminClient.list_consumer_group_offsets`` is avoided on purpose, as it
+crashed confluent-kafka 2.16.1 for a group that does not exist.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from streams.core.errors import HotKeyNoticeError, SerializationError, StreamsError
+from streams.core.routing.splits import HotKeyNotice
+from streams.core.serde import AvroCodec
+
+__all__ = ["Monitor", "NoticeFold", "PartitionStat", "Snapshot", "partition_stats", "notice_display"]
+
+_UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+                          KafkaError._RESOLVE})
+
+
+# --- pure folding -----------------------------------------------------------------------------
+
+
+class NoticeFold:
+    """The latest valid hot-key notice per key, from the records of a compacted hot-keys topic.
+
+    Feed records in offset order with :meth:`apply`. A notice replaces the key's
+    previous one; a tombstone (null value) removes the key. A malformed record (not
+    ``hot_key_notice`` Avro, a field out of range, a record key that differs from
+    the notice's key, a tombstone without a key) is counted in ``malformed`` and
+    otherwise ignored: the key keeps its previous notice, as it does in the
+    producers' split tables.
+    """
+
+    def __init__(self) -> None:
+        self.notices: dict[bytes, HotKeyNotice] = {}
+        self.records = 0
+        self.tombstones = 0
+        self.malformed = 0
+        self._codec = AvroCodec("hot_key_notice")
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Fold one record (its key and value as consumed); never raises for bad input."""
+        self.records += 1
+        if value is None:
+            if not key:
+                self.malformed += 1
+                return
+            self.tombstones += 1
+            self.notices.pop(key, None)
+            return
+        try:
+            notice = HotKeyNotice.from_record(self._codec.decode(value))
+        except (SerializationError, HotKeyNoticeError):
+            self.malformed += 1
+            return
+        if key is not None and key != notice.key:
+            self.malformed += 1
+            return
+        self.notices[notice.key] = notice
+
+    def current(self) -> tuple[HotKeyNotice, ...]:
+        """The live notices, highest estimated rate first (ties by key)."""
+        return tuple(sorted(self.notices.values(), key=lambda n: (-n.estimated_rate, n.key)))
+
+
+def notice_display(notice: HotKeyNotice) -> str:
+    """The text to show for a notice's key: ``key_display``, else the key bytes decoded leniently."""
+    return notice.key_display or notice.key.decode("utf-8", "backslashreplace")
+
+
+@dataclass(frozen=True)
+class PartitionStat:
+    """One events partition: ``end_offset``; ``rate`` messages/s since the previous snapshot
+    (None on the first, or if the offset went back); ``committed`` by the group and ``lag``
+    = end - committed (both None when the group has committed nothing for it)."""
+
+    partition: int
+    end_offset: int
+    rate: float | None
+    committed: int | None
+    lag: int | None
+
+
+def partition_stats(ends: Mapping[int, int], committed: Mapping[int, int], previous: Mapping[int, int] | None,
+                    elapsed_s: float | None) -> tuple[PartitionStat, ...]:
+    """Per-partition stats, sorted by partition, from end offsets now and ``elapsed_s`` ago (``previous``).
+
+    ``committed`` maps partitions to the group's committed offsets; a missing or
+    negative offset means no commit. Lag is never negative (a commit can briefly run
+    ahead of a stale end offset).
+    """
+    out = []
+    for p in sorted(ends):
+        end = ends[p]
+        before = None if previous is None else previous.get(p)
+        rate = None
+        if before is not None and elapsed_s and elapsed_s > 0 and end >= before:
+            rate = (end - before) / elapsed_s
+        done = committed.get(p)
+        if done is None or done < 0:
+            out.append(PartitionStat(p, end, rate, None, None))
+        else:
+            out.append(PartitionStat(p, end, rate, done, max(0, end - done)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One look at the hot-keys and events topics; see the module docstring.
+
+    ``*_found`` is False when that topic does not exist (its fields are then empty);
+    ``elapsed_s`` is the time the rates cover (None on a monitor's first snapshot).
+    """
+
+    taken_at_ms: int
+    hot_keys_topic: str
+    hot_keys_found: bool
+    hot_keys: tuple[HotKeyNotice, ...]
+    notices_read: int
+    tombstones: int
+    malformed: int
+    events_topic: str
+    events_found: bool
+    group: str
+    partitions: tuple[PartitionStat, ...]
+    elapsed_s: float | None
+
+    @property
+    def total_rate(self) -> float | None:
+        """Messages/s into the events topic, over every partition (None without a previous snapshot)."""
+        rates = [s.rate for s in self.partitions]
+        return None if not rates or None in rates else sum(r for r in rates if r is not None)
+
+    @property
+    def total_lag(self) -> int | None:
+        """The group's lag summed over the partitions it has committed (None if it has committed none)."""
+        lags = [s.lag for s in self.partitions if s.lag is not None]
+        return sum(lags) if lags else None
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-friendly dict (key bytes as hex next to their display text)."""
+        return {
+            "taken_at_ms": self.taken_at_ms,
+            "hot_keys": {
+                "topic": self.hot_keys_topic, "found": self.hot_keys_found, "records": self.notices_read,
+                "tombstones": self.tombstones, "malformed": self.malformed,
+                "keys": [{"key": notice_display(n), "key_hex": n.key.hex(), "split_factor": n.split_factor,
+                          "estimated_rate": n.estimated_rate, "share": n.share, "hot_since_ms": n.hot_since_ms,
+                          "detected_at_ms": n.detected_at_ms, "partitions": n.partitions,
+                          "map_version": n.map_version, "detector": n.detector} for n in self.hot_keys],
+            },
+            "events": {
+                "topic": self.events_topic, "found": self.events_found, "group": self.group,
+                "elapsed_s": self.elapsed_s, "total_rate": self.total_rate, "total_lag": self.total_lag,
+                "partitions": [{"partition": s.partition, "end_offset": s.end_offset, "rate": s.rate,
+                                "committed": s.committed, "lag": s.lag} for s in self.partitions],
+            },
+        }
+
+
+# --- the edge: reading the cluster -----------------------------------------------------------------
+
+
+class Monitor:
+    """Takes snapshots of ``hot_keys_topic`` and ``events_topic`` (lag for ``group``) on one cluster.
+
+    ``client_config`` is a confluent-kafka config. Each call waits at most about
+    ``timeout_s`` per request. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, client_config: Mapping[str, Any], *, events_topic: str, hot_keys_topic: str, group: str,
+                 timeout_s: float = 10.0) -> None:
+        self.events_topic = events_topic
+        self.hot_keys_topic = hot_keys_topic
+        self.group = group
+        self.timeout_s = timeout_s
+        self._where = str(client_config.get("bootstrap.servers", "?"))
+        base = {**client_config, "enable.auto.commit": False, "allow.auto.create.topics": False}
+        self._reader = Consumer({**base, "group.id": f"streams-monitor-{uuid.uuid4().hex[:12]}",
+                                 "auto.offset.reset": "earliest", "enable.partition.eof": True})
+        self._group = Consumer({**base, "group.id": group})
+        self._fold = NoticeFold()
+        self._positions: dict[int, int] = {}  # hot-keys partition -> next offset to fold
+        self._previous: tuple[float, dict[int, int]] | None = None
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close both consumers (never commits anything)."""
+        self._reader.close()
+        self._group.close()
+
+    def snapshot(self) -> Snapshot:
+        """Read what changed since the previous snapshot and return the new picture.
+
+        Raises StreamsError if the cluster cannot be reached within ``timeout_s``
+        or a topic cannot be read to its end in time.
+        """
+        try:
+            topics = self._reader.list_topics(timeout=self.timeout_s).topics  # all topics: never auto-creates
+        except KafkaException as exc:
+            raise self._error("cannot reach the Kafka cluster", exc) from None
+        taken_at_ms = int(time.time() * 1000)
+        hot_parts = _partitions(topics, self.hot_keys_topic)
+        event_parts = _partitions(topics, self.events_topic)
+        try:
+            if hot_parts is not None:
+                self._catch_up(hot_parts)
+            ends = {p: self._watermarks(self.events_topic, p)[1] for p in event_parts or ()}
+            now = time.monotonic()
+        except KafkaException as exc:
+            raise self._error("reading offsets failed", exc) from None
+        committed = self._committed(event_parts or [])
+        previous, elapsed = (None, None) if self._previous is None else (self._previous[1], now - self._previous[0])
+        self._previous = (now, ends)
+        return Snapshot(taken_at_ms, self.hot_keys_topic, hot_parts is not None, self._fold.current(),
+                        self._fold.records, self._fold.tombstones, self._fold.malformed,
+                        self.events_topic, event_parts is not None, self.group,
+                        partition_stats(ends, committed, previous, elapsed), elapsed)
+
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        low, high = self._reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout_s)
+        return int(low), int(high)
+
+    def _catch_up(self, parts: list[int]) -> None:
+        """Fold the hot-keys records from where the previous snapshot stopped up to today's end offsets."""
+        marks = {p: self._watermarks(self.hot_keys_topic, p) for p in parts}
+        if any(self._positions.get(p, 0) > high for p, (_, high) in marks.items()):
+            self._fold, self._positions = NoticeFold(), {}  # the topic was re-created: start over
+        todo = {}
+        for p, (low, high) in marks.items():
+            start = max(self._positions.get(p, low), low)
+            self._positions[p] = start
+            if start < high:
+                todo[p] = high
+        if not todo:
+            return
+        self._reader.assign([TopicPartition(self.hot_keys_topic, p, self._positions[p]) for p in sorted(todo)])
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while todo:
+                if time.monotonic() >= deadline:
+                    raise StreamsError(f"timed out reading the hot-keys topic {self.hot_keys_topic!r}: "
+                                       f"partitions {sorted(todo)} not read to their end")
+                for msg in self._reader.consume(1000, 0.2):
+                    p = msg.partition()
+                    if p not in todo:
+                        continue
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF and msg.offset() >= todo[p]:
+                            self._positions[p] = todo.pop(p)
+                        continue
+                    if msg.offset() >= todo[p]:
+                        continue  # written after this snapshot started: the next one folds it
+                    self._fold.apply(msg.key(), msg.value())
+                    self._positions[p] = msg.offset() + 1
+                    if self._positions[p] >= todo[p]:
+                        del todo[p]
+        finally:
+            self._reader.unassign()
+
+    def _committed(self, parts: Iterable[int]) -> dict[int, int]:
+        """The group's committed offsets; {} when it has none or its coordinator is not available."""
+        tps = [TopicPartition(self.events_topic, p) for p in parts]
+        if not tps:
+            return {}
+        try:
+            found = self._group.committed(tps, timeout=self.timeout_s)
+        except KafkaException:
+            return {}  # NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, GROUP_ID_NOT_FOUND ...: nothing to show
+        return {tp.partition: tp.offset for tp in found if tp.error is None and tp.offset >= 0}
+
+    def _error(self, what: str, exc: KafkaException) -> StreamsError:
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        text = err.str() if err is not None else str(exc)
+        if err is not None and err.code() in _UNREACHABLE:
+            return StreamsError(f"cannot reach the Kafka cluster at {self._where} within {self.timeout_s:g} s: {text}")
+        return StreamsError(f"{what} at {self._where}: {text}")
+
+
+def _partitions(topics: Mapping[str, Any], topic: str) -> list[int] | None:
+    """The partitions of ``topic`` in a metadata answer, or None if it does not exist."""
+    info = topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        return None
+    return sorted(info.partitions)

@@ -1,0 +1,327 @@
+"""The faust app: wires the worker core to Kafka.  ``faust -A streams.app worker -l info``
+
+Settings come from :mod:`streams.core.config` (``STREAMS_*`` variables or the TOML file
+named by ``STREAMS_CONFIG``). Agents and timers, one job each:
+
+* ``process_events`` (events topic): :meth:`EventProcessor.handle`; late events and
+  dead letters go to their topics, on-time events into stage-1 state.
+* ``tick`` (timer, every ``tick_s``): closes due buckets (partials + bucket-closed),
+  publishes this instance's hot-key sketch summary.
+* ``decide_hot_keys`` (sketches topic, one partition, so one decider): merges every
+  instance's latest summary and writes hot-key notices (Avro) or tombstones to the
+  compacted hot-keys topic, keyed by the key's canonical bytes.
+* ``merge_partials`` (partials topic, keyed by the real key): stage 2, the exact
+  merged aggregate per (bucket, key) into the compacted aggregates topic.
+
+Delivery guarantee: at-least-once, with state that is exact anyway. Stage-1 changes
+are coalesced and written to the changelog every tick (or every FLUSH_EVERY records)
+in the crash-safe order of :meth:`EventProcessor.persist`, and the source records are
+acknowledged only after that; faust flushes its producer before it commits offsets.
+Each stage-1 entry remembers the source offset it last folded and skips records
+re-read after a crash; stage-2 slots are upserts. faust's ``exactly_once`` (Kafka
+transactions) was not chosen: it would also cover the late-event and dead-letter
+topics, but at the price of a transaction per commit interval and a producer per
+partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+import faust
+import orjson
+from confluent_kafka import Producer
+
+from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load
+from streams.core.errors import ConfigError, HotKeyNoticeError, SerializationError
+from streams.core.hotkeys.decider import HotKeyDecider, HotKeyPolicy
+from streams.core.hotkeys.sketch import SketchSummary, merge_summaries
+from streams.core.routing.hashing import canonical_key
+from streams.core.serde import AvroCodec
+from streams.core.time.buckets import TimeBuckets, parse_duration
+from streams.kafka.admin import ensure_topics, project_topic_specs
+from streams.kafka.metrics import WorkerMetrics
+from streams.worker.merge import PartialMerger
+from streams.worker.processor import EventProcessor, InMessage, Output, Stage1Store
+
+log = logging.getLogger("streams.app")
+
+
+def _cap_fetch_wait(max_wait_ms: int = 100) -> None:
+    """faust-streaming hard-codes aiokafka's ``fetch_max_wait_ms=1500``; cap it.
+
+    With 1.5 s a partition that had no data when a fetch went out can wait that long
+    for its next records, which showed up as 0.5-2 s of consumer lag at a few hundred
+    events/s, and hot-key detection inherits every millisecond of it.
+    """
+    import aiokafka
+
+    original = aiokafka.AIOKafkaConsumer
+
+    class _Consumer(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["fetch_max_wait_ms"] = min(kwargs.get("fetch_max_wait_ms", max_wait_ms), max_wait_ms)
+            super().__init__(*args, **kwargs)
+
+    # faust's driver builds its consumer as ``aiokafka.AIOKafkaConsumer(...)``; this worker
+    # process owns the module, so replacing the class there is the narrowest hook.
+    aiokafka.AIOKafkaConsumer = _Consumer  # type: ignore[misc]
+
+
+_cap_fetch_wait()
+
+TICK_S = float(os.environ.get("STREAMS_TICK_S", "0.25"))
+
+worker_settings = load(WorkerSettings)
+kafka_settings = load(KafkaSettings)
+topic_names = load(TopicNames)
+if "{bucket}" in topic_names.events:
+    # Producers and `streams topics roll` support topic-per-bucket; the worker does not
+    # consume it yet (faust cannot add topics to a running subscription). Say so at start.
+    raise ConfigError(f"the worker consumes one events topic; {topic_names.events!r} is a per-bucket template "
+                      "(topic-per-bucket consumption is not implemented yet)")
+instance_id = os.environ.get("STREAMS_INSTANCE", f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:4]}")
+
+app = faust.App(
+    worker_settings.app_id,
+    broker=[f"kafka://{hp.strip()}" for hp in kafka_settings.bootstrap_servers.split(",")],
+    store="memory://",
+    topic_partitions=worker_settings.partitions,
+    topic_replication_factor=1,
+    web_enabled=False,
+    processing_guarantee="at_least_once",
+    producer_acks=-1,
+    broker_commit_interval=1.0,
+    # How long a crashed worker's partitions wait before the group gives them to another.
+    broker_session_timeout=worker_settings.session_timeout_s,
+    broker_heartbeat_interval=max(1.0, worker_settings.session_timeout_s / 3),
+    table_standby_replicas=0,
+    consumer_auto_offset_reset="earliest",
+    # Records are acknowledged after the flush that covers them (see _flush_and_ack);
+    # a stop or rebalance must not wait for acks that only the next tick would give.
+    # What was not acknowledged is read again and recognised as a duplicate.
+    stream_wait_empty=False,
+)
+
+_raw = {"key_serializer": "raw", "value_serializer": "raw"}
+events_topic = app.topic(topic_names.events, **_raw)
+partials_topic = app.topic(topic_names.partials, **_raw)
+sketches_topic = app.topic(topic_names.sketches, **_raw)
+_codecs = {
+    "late_events": AvroCodec("late_event"), "dead_letters": AvroCodec("dead_letter"),
+    "partials": AvroCodec("aggregate"), "aggregates": AvroCodec("aggregate"),
+    "bucket_closed": AvroCodec("bucket_closed"), "hot_keys": AvroCodec("hot_key_notice"),
+}
+
+_json = faust.Schema(key_serializer="json", value_serializer="json")
+stage1_table = app.Table("stage1", partitions=worker_settings.partitions, schema=_json)
+stage2_table = app.Table("stage2", partitions=worker_settings.partitions, schema=_json)
+
+
+# Every record the worker writes (outputs and changelogs) goes through one librdkafka
+# producer: faust's own producer path costs ~10x more per record in Python. Records
+# are acknowledged to faust only after this producer has flushed (see _flush_and_ack),
+# so a committed offset never runs ahead of what reached the broker.
+_writer_instance: Producer | None = None
+_write_errors: list[str] = []
+
+
+def _writer() -> Producer:
+    """The worker's librdkafka producer, created on first use (not at import)."""
+    global _writer_instance
+    if _writer_instance is None:
+        _writer_instance = Producer(kafka_settings.client_config(**{
+            "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4"}))
+    return _writer_instance
+
+
+def _on_write(err: Any, _msg: Any) -> None:
+    if err is not None:
+        _write_errors.append(str(err))
+
+
+def _write(topic: str, key: bytes, value: bytes | None, partition: int | None = None) -> None:
+    writer = _writer()
+    while True:
+        try:
+            if partition is None:
+                writer.produce(topic, value, key, on_delivery=_on_write)
+            else:
+                writer.produce(topic, value, key, partition=partition, on_delivery=_on_write)
+            break
+        except BufferError:
+            writer.poll(0.05)  # local queue full: serve delivery reports to drain it
+    writer.poll(0)
+
+
+def _changelog(table: Any) -> Any:
+    """Write a table change as faust itself would: JSON key and value, the given partition."""
+    def write(partition: int, key: str, value: Any) -> None:
+        _write(table.changelog_topic.get_topic_name(), orjson.dumps(key),
+               None if value is None else orjson.dumps(value), partition)
+    return write
+
+
+metrics = WorkerMetrics()
+processor = EventProcessor(worker_settings, Stage1Store(stage1_table.data, _changelog(stage1_table)),
+                           instance=instance_id)
+merger = PartialMerger(stage2_table.data, _changelog(stage2_table),
+                       TimeBuckets(worker_settings.bucket_width, grace=worker_settings.grace),
+                       parse_duration(worker_settings.retention, "retention"))
+decider = HotKeyDecider(HotKeyPolicy(
+    partitions=worker_settings.partitions, share_multiple=worker_settings.hot_share_multiple,
+    min_rate=worker_settings.hot_min_rate, cool_multiple=worker_settings.cool_share_multiple,
+    hold_s=worker_settings.hot_hold_s, target_partition_rate=worker_settings.target_partition_rate,
+    target_fair_fraction=worker_settings.hot_split_fraction))
+_summaries: dict[str, SketchSummary] = {}
+
+
+@app.on_worker_init.connect
+def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - faust signal signature
+    if "--help" in sys.argv or "-h" in sys.argv:
+        return  # faust sends this signal even for `worker --help`: do not reach for the broker
+    ensure_topics(kafka_settings.client_config(),
+                  project_topic_specs(topic_names, partitions=worker_settings.partitions), timeout_s=30)
+    if worker_settings.metrics_port:
+        metrics.serve(worker_settings.metrics_port)
+
+
+@app.on_partitions_assigned.connect
+async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # noqa: ARG001
+    processor.assign((tp.topic, tp.partition) for tp in assigned if tp.topic == topic_names.events)
+
+
+def _send(output: Output) -> None:
+    _write(getattr(topic_names, output.role), output.key, _codecs[output.role].encode(output.record))
+    metrics.sent(output.role)
+
+
+def _flush_writes() -> None:
+    """Wait until every written record is acknowledged by the broker; raise if any failed."""
+    remaining = _writer().flush(30)
+    if remaining or _write_errors:
+        error = _write_errors[0] if _write_errors else f"{remaining} records unacknowledged after 30 s"
+        del _write_errors[:]
+        raise RuntimeError(f"the worker could not write to Kafka ({error}): stopping before acknowledging input")
+
+
+FLUSH_EVERY = 2000
+_unacked: list[Any] = []
+_unacked_partials: list[Any] = []
+_events_stream: Any = None
+_partials_stream: Any = None
+
+
+async def _flush_and_ack() -> None:
+    """Make stage-1 changes and outputs durable, then acknowledge the records they cover.
+
+    :meth:`EventProcessor.persist` orders the writes so any crash is survivable; acks
+    come after it, and faust flushes its producer before it commits, so a committed
+    offset never runs ahead of the stored state.
+    """
+    processor.persist(_flush_writes)
+    for stream, pending in ((_events_stream, _unacked), (_partials_stream, _unacked_partials)):
+        if stream is None or not pending:
+            continue
+        batch = pending[:]
+        del pending[:]
+        for event in batch:
+            await stream.ack(event)
+
+
+@app.agent(events_topic)
+async def process_events(stream: Any) -> None:
+    """Stage 1: every events record is folded, routed late, or dead-lettered."""
+    global _events_stream
+    _events_stream = manual = stream.noack()
+    async for event in manual.events():
+        msg = event.message
+        headers = {k: v for k, v in (msg.headers or ())} if msg.headers else {}
+        outputs = processor.handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value, headers))
+        metrics.event_in()
+        for output in outputs:
+            _send(output)
+        _unacked.append(event)
+        if len(_unacked) >= FLUSH_EVERY:
+            await _flush_and_ack()
+
+
+@app.timer(interval=TICK_S)
+async def tick() -> None:
+    """Close due buckets and publish this instance's sketch summary."""
+    if app.rebalancing:
+        return
+    # No await between the close and the checkpoint (persist runs before the first ack
+    # yields): no record may be handled against a close that is not yet checkpointed.
+    result = processor.tick()
+    for output in result.outputs:
+        _send(output)
+    await _flush_and_ack()
+    _write(topic_names.sketches, instance_id.encode(), orjson.dumps(result.summary.to_record()))
+    metrics.observe_tick(processor, result, decider)
+    merger.expire(int(time.time() * 1000))
+
+
+@app.agent(sketches_topic)
+async def decide_hot_keys(stream: Any) -> None:
+    """The decider: merge every instance's latest summary, emit notices on change."""
+    async for value in stream:
+        try:
+            summary = SketchSummary.from_record(orjson.loads(value))
+        except (orjson.JSONDecodeError, HotKeyNoticeError, TypeError, ValueError) as exc:
+            log.warning("rejected sketch summary: %s", exc)
+            metrics.rejected_summary()
+            continue
+        _summaries[summary.instance] = summary
+        now_s = time.time()
+        view = merge_summaries(_summaries.values(), now_s=now_s, max_age_s=3 * worker_settings.hot_window_s + 1)
+        for stale in set(_summaries) - set(view.instances):
+            _summaries.pop(stale, None)
+        if view.total < worker_settings.hot_min_window_events:
+            continue  # too few events in the window for shares to mean anything yet
+        for decision in decider.decide(view, now_s):
+            key = canonical_key(decision.key)
+            if decision.kind == "tombstone":
+                _write(topic_names.hot_keys, key, None)
+            else:
+                now_ms = int(now_s * 1000)
+                record = {
+                    "key": key, "key_display": decision.key[:200], "split_factor": decision.split_factor,
+                    "estimated_rate": decision.rate, "share": decision.share,
+                    "partitions": worker_settings.partitions, "detected_at_ms": now_ms,
+                    "hot_since_ms": min(now_ms, int(decision.hot_since_s * 1000)), "map_version": 1,
+                    "detector": instance_id,
+                }
+                _write(topic_names.hot_keys, key, _codecs["hot_keys"].encode(record))
+            metrics.decision(decision)
+            _writer().flush(5)  # a notice is latency-critical: do not let it linger
+            log.info("hot-key decision %s: %r split %d ways (%.0f events/s, %.1f%% of traffic)", decision.kind,
+                     decision.key[:100], decision.split_factor, decision.rate, 100 * decision.share)
+
+
+@app.agent(partials_topic)
+async def merge_partials(stream: Any) -> None:
+    """Stage 2: upsert each partial's slot and emit the exact merged aggregate."""
+    global _partials_stream
+    codec = _codecs["partials"]
+    _partials_stream = manual = stream.noack()
+    async for event in manual.events():
+        msg = event.message
+        try:
+            partial = codec.decode(msg.value)
+            merged = merger.apply(msg.partition, partial)
+        except SerializationError as exc:
+            _send(Output("dead_letters", msg.key or b"", {
+                "reason": f"bad partial: {exc}"[:1000], "field": None, "source_topic": msg.topic,
+                "source_partition": msg.partition, "source_offset": msg.offset,
+                "failed_at_ms": int(time.time() * 1000), "original_key": msg.key, "original": msg.value}))
+        else:
+            _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged))
+        _unacked_partials.append(event)  # acknowledged after the flush that covers its output
+        if len(_unacked_partials) >= FLUSH_EVERY:
+            await _flush_and_ack()

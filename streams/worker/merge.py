@@ -1,0 +1,66 @@
+"""Stage 2 of the two-stage aggregation: merge partials per (bucket, real key).
+
+Stage 1 emits one partial per (bucket, key, salt) when a bucket closes; a split key
+has one partial per salt, an unsplit key one with salt -1, and a key split in the
+middle of a bucket both. Replay adds one more slot, :data:`LATE_SLOT`, holding the
+late events of that (bucket, key). Each partial *replaces* its slot (upsert), so a
+partial delivered twice, re-emitted after a restart, or a replay run twice changes
+nothing, and the merged result is the exact aggregate of the union of the slots:
+``Stats.merge`` keeps an exact sum, so the merge order does not matter either.
+
+State is bounded by retention: :meth:`PartialMerger.expire` drops buckets whose end
+is more than ``retention_ms`` behind a given time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+from streams.core.errors import SerializationError
+from streams.core.partials import merged_record, stats_of
+from streams.core.time.buckets import TimeBuckets
+
+__all__ = ["PartialMerger"]
+
+class PartialMerger:
+    """Keeps the latest partial of every slot and returns the merged aggregate.
+
+    ``data`` maps ``"<bucket_start_ms>|<key>"`` to ``[partition, {salt: aggregate record}]``;
+    ``changelog(partition, key, value)`` persists a change (None deletes).
+    """
+
+    def __init__(self, data: MutableMapping[str, Any], changelog: Callable[[int, str, Any], None],
+                 buckets: TimeBuckets, retention_ms: int) -> None:
+        self.data = data
+        self._changelog = changelog
+        self.buckets = buckets
+        self.retention_ms = retention_ms
+
+    def apply(self, partition: int, partial: Mapping[str, Any]) -> dict[str, Any]:
+        """Upsert one partial and return the merged ``Aggregate`` record of its (bucket, key).
+
+        Raises SerializationError if the partial's numbers are malformed.
+        """
+        try:
+            stats_of(partial)
+        except (SerializationError, ValueError, TypeError, KeyError) as exc:
+            raise SerializationError(f"aggregate partial: {exc}") from exc
+        entry_key = f"{partial['bucket_start_ms']}|{partial['key']}"
+        entry = self.data.get(entry_key)
+        slots: dict[str, Any] = dict(entry[1]) if entry else {}
+        slots[str(partial["salt"])] = dict(partial)
+        stored = [partition, slots]
+        self.data[entry_key] = stored
+        self._changelog(partition, entry_key, stored)
+        return merged_record(partial["bucket"], partial["bucket_start_ms"], partial["key"], slots.values())
+
+    def expire(self, now_ms: int) -> int:
+        """Drop entries whose bucket ended more than ``retention_ms`` before ``now_ms``; returns how many."""
+        horizon = now_ms - self.retention_ms - self.buckets.width_ms
+        dropped = 0
+        for entry_key in [k for k in self.data if int(k.split("|", 1)[0]) < horizon]:
+            partition = self.data.pop(entry_key)[0]
+            self._changelog(partition, entry_key, None)
+            dropped += 1
+        return dropped

@@ -1,0 +1,517 @@
+"""The worker's processing core: decode, validate, detect, classify, aggregate, close.
+
+Kafka-free so it can be tested in microseconds; :mod:`streams.app` feeds it faust
+events and sends what it returns. One :class:`EventProcessor` per worker process:
+
+* :meth:`EventProcessor.handle` takes one consumed record and returns what must be
+  sent for it: nothing (an on-time event, folded into stage 1), a late-event record
+  (its bucket had closed), or a dead letter (undecodable, malformed ID, empty key,
+  non-finite value, timestamp in the future or before the epoch). Every record is
+  counted under exactly one of those, so ``received == on_time + late + too_old +
+  dead_lettered`` (see :meth:`counts`).
+* :meth:`EventProcessor.tick` runs on a timer: it closes every bucket whose close
+  time (end + grace) the low watermark has passed, returns the stage-1 partials and a
+  bucket-closed record for each, and the hot-key sketch summary to publish.
+
+Stage-1 state lives in a :class:`Stage1Store`: a mapping (faust's table store in the
+worker) plus a changelog callback that writes each change to the changelog partition
+of the *source* partition. Changes are coalesced: :meth:`Stage1Store.flush` writes
+each entry changed since the last flush once, and the worker acknowledges source
+records only after the flush that covers them. Each entry remembers the source
+offset it last folded, so a record re-read after a crash (at-least-once delivery) is
+recognised and skipped: the state is exact although delivery is not.
+
+A crash may cut the worker's writes anywhere, and records on different partitions
+reach the broker in no fixed order, so :meth:`EventProcessor.persist` makes them
+durable in three steps, each only after the broker acknowledged the one before:
+
+1. changed entries and every output (partials of closed buckets, late events, dead letters);
+2. the checkpoint (:meth:`EventProcessor.checkpoint`): per source, the last offset
+   handled, the highest closed bucket and the largest event time seen — it vouches
+   for what step 1 made durable;
+3. tombstones of closed buckets' entries (:meth:`Stage1Store.release_closed`).
+
+A tombstone that reached the broker before its bucket's partial would lose the
+bucket; one that reached it before the checkpoint would let re-read records reopen a
+bucket that had been emitted. If a crash comes after step 2 but before step 3's
+tombstones are durable, :meth:`Stage1Store.reindex` drops the leftover entries.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from streams.core.aggregate import Stats
+from streams.core.config import WorkerSettings
+from streams.core.errors import InvalidIdError, SerializationError
+from streams.core.hotkeys.sketch import SketchSummary, SlidingSketch
+from streams.core.ids import parse_id
+from streams.core.partials import partial_record
+from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec
+from streams.core.time.buckets import TimeBuckets, parse_duration
+from streams.core.time.eventtime import Aggregation, PlacementKind
+from streams.core.time.roller import BucketRoller
+from streams.core.time.watermark import WatermarkTracker
+
+__all__ = ["InMessage", "Output", "TickResult", "Checkpoint", "Stage1Store", "EventProcessor", "ProcessorCounts"]
+
+_META = "meta|"
+
+Source = tuple[str, int]  # (topic, partition) a record was read from
+_NULL = Aggregation(empty=lambda: None, add=lambda a, v: None, to_record=lambda a: None, from_record=lambda r: None)
+
+
+@dataclass(frozen=True)
+class InMessage:
+    """One consumed record, as the worker sees it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Mapping[str, bytes]
+
+
+@dataclass(frozen=True)
+class Output:
+    """A record to send: ``role`` names the topic ("late_events", "dead_letters",
+    "partials", "bucket_closed"), ``key`` its record key, ``record`` its Avro record."""
+
+    role: str
+    key: bytes
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one timer tick produced."""
+
+    outputs: tuple[Output, ...]
+    summary: SketchSummary
+    closed_buckets: tuple[str, ...]
+    watermark_ms: int | None
+
+
+class Checkpoint(NamedTuple):
+    """A source's durable progress: buckets through ``closed`` have durable partials, the
+    effects of records through ``offset`` are durable, and ``max_ts_ms`` is the largest
+    event time seen on it (restores its watermark, as Kafka Streams restores stream time)."""
+
+    closed: int
+    offset: int
+    max_ts_ms: int | None
+
+
+@dataclass(frozen=True)
+class ProcessorCounts:
+    """Conservation counters: ``received == on_time + late + too_old + dead_lettered``;
+    ``duplicates`` are records re-read after a restart whose effects were already
+    durable (not in ``received``), or re-read on-time records an entry had folded."""
+
+    received: int
+    on_time: int
+    late: int
+    too_old: int
+    dead_lettered: int
+    duplicates: int
+
+
+class Stage1Store:
+    """Partial aggregates per (bucket index, salt, key), changelogged per source partition.
+
+    ``data`` maps entry keys to ``[changelog partition, {source partition: last offset}, stats record]``;
+    ``changelog(partition, key, value)`` persists a change (``value`` None deletes).
+    Meta entries ``meta|<topic>|<partition>`` remember the highest closed bucket index
+    and the last durable offset of a source, so a restarted worker does not reopen a
+    bucket it already emitted.
+    """
+
+    def __init__(self, data: MutableMapping[str, Any], changelog: Callable[[int, str, Any], None]) -> None:
+        self.data = data
+        self._changelog = changelog
+        self._index: dict[int, set[str]] = {}
+        self._live: dict[str, list[Any]] = {}  # entry key -> [partition, offsets, Stats]
+        self._dirty: set[str] = set()
+        self._closed: list[tuple[int, str]] = []  # (changelog partition, entry key) awaiting a tombstone
+        self._indexed_len = -1
+
+    def reindex(self) -> dict[Source, Checkpoint]:
+        """Re-read ``data`` after faust recovered or dropped partitions of it.
+
+        Entries already live here are kept (they may hold folds not flushed yet);
+        entries new in ``data`` are loaded; entries gone from ``data`` (a revoked
+        partition) are forgotten. A recovered entry whose bucket the checkpoint of its
+        changelog partition says was closed is dropped: its partial was durable before
+        that checkpoint was written, only its tombstone was lost in a crash.
+        Returns the recovered checkpoint of every source.
+        """
+        old = self._live
+        self._live = {}
+        self._index.clear()
+        items = list(self.data.items())
+        checkpoints: dict[Source, Checkpoint] = {}
+        closed_by_partition: dict[int, int] = {}
+        for key, value in items:
+            if key.startswith(_META):
+                topic, partition = key[len(_META):].rsplit("|", 1)
+                source = (topic, int(partition))
+                max_ts = value.get("max_ts")
+                checkpoints[source] = Checkpoint(int(value["closed"]), int(value["offset"]),
+                                                 None if max_ts is None else int(max_ts))
+                closed_by_partition[source[1]] = max(closed_by_partition.get(source[1], -1), checkpoints[source].closed)
+        for key, value in items:
+            if key.startswith(_META):
+                continue
+            index = int(key.split("|", 1)[0])
+            if key in old:
+                self._live[key] = old[key]
+            elif value is not None:
+                partition, offsets, record = value
+                if index <= closed_by_partition.get(partition, -1):
+                    del self.data[key]
+                    self._changelog(partition, key, None)
+                    continue
+                self._live[key] = [partition, dict(offsets), Stats.from_record(record)]
+            else:
+                continue
+            self._index.setdefault(index, set()).add(key)
+        self._dirty &= self._live.keys()
+        self._indexed_len = len(self.data)
+        return checkpoints
+
+    def fold(self, source: Source, offset: int, index: int, salt: int, key: str, value: float | None) -> bool:
+        """Fold one on-time event in; False (and nothing changed) if this source offset was folded before.
+
+        An entry normally hears from one source (a salted key sits on one partition
+        per bucket), but offsets are remembered per (topic, partition), so records of
+        a key produced elsewhere with another partitioner are folded correctly too.
+        The entry is changelogged to the partition number of its first source.
+        """
+        topic, partition = source
+        entry_key = f"{index}|{salt}|{key}"
+        entry = self._live.get(entry_key)
+        if entry is None:
+            entry = self._live[entry_key] = [partition, {}, Stats.empty()]
+            self._index.setdefault(index, set()).add(entry_key)
+        offsets = entry[1]
+        source_key = f"{topic}|{partition}"
+        if offset <= offsets.get(source_key, -1):
+            return False
+        entry[2].add(value)
+        offsets[source_key] = offset
+        if entry_key not in self.data:
+            self.data[entry_key] = None  # present now; the value is written by flush()
+            self._indexed_len = len(self.data)
+        self._dirty.add(entry_key)
+        return True
+
+    def flush(self) -> int:
+        """Write every entry changed since the last flush to ``data`` and the changelog, once each.
+
+        The caller must flush before it acknowledges the source records folded
+        since the last flush: then a committed offset never runs ahead of the state
+        in the changelog. Returns how many entries were written.
+        """
+        dirty, self._dirty = self._dirty, set()
+        for entry_key in dirty:
+            entry = self._live.get(entry_key)
+            if entry is None:  # closed and removed since
+                continue
+            stored = [entry[0], dict(entry[1]), entry[2].to_record()]
+            self.data[entry_key] = stored
+            self._changelog(entry[0], entry_key, stored)
+        return len(dirty)
+
+    def bucket_indexes(self) -> list[int]:
+        """Bucket indexes that hold entries, oldest first."""
+        return sorted(self._index)
+
+    def take_bucket(self, index: int) -> list[tuple[int, str, Stats]]:
+        """Remove and return the entries of one bucket as (salt, key, stats).
+
+        Their changelog tombstones wait for :meth:`release_closed`: the caller must
+        first make the bucket's partials and then a checkpoint durable.
+        """
+        out = []
+        for entry_key in sorted(self._index.pop(index, ())):
+            partition, _, stats = self._live.pop(entry_key)
+            self._dirty.discard(entry_key)
+            self.data.pop(entry_key, None)
+            self._closed.append((partition, entry_key))
+            _, salt, key = entry_key.split("|", 2)
+            out.append((int(salt), key, stats))
+        self._indexed_len = len(self.data)
+        return out
+
+    def release_closed(self) -> int:
+        """Write the tombstones of every entry taken since the last call; returns how many.
+
+        Call only once the partials of those entries and a checkpoint recording
+        their buckets as closed are acknowledged by the broker.
+        """
+        closed, self._closed = self._closed, []
+        for partition, entry_key in closed:
+            if entry_key not in self.data:  # defensive: never delete an entry that is live again
+                self._changelog(partition, entry_key, None)
+        return len(closed)
+
+    def checkpoint(self, progress: Mapping[Source, Checkpoint]) -> None:
+        """Persist the checkpoint of each source (topic, partition) given.
+
+        A restarted worker skips records at or below its offset: their effects,
+        late-event and dead-letter records included, are already in Kafka.
+        """
+        for (topic, p), cp in progress.items():
+            value = {"closed": cp.closed, "offset": cp.offset, "max_ts": cp.max_ts_ms}
+            self.data[f"{_META}{topic}|{p}"] = value
+            self._changelog(p, f"{_META}{topic}|{p}", value)
+        self._indexed_len = len(self.data)
+
+    @property
+    def stale(self) -> bool:
+        """True when ``data`` changed behind the index's back (a recovery filled it)."""
+        return len(self.data) != self._indexed_len
+
+
+class EventProcessor:
+    """Decode → validate → detect → classify → fold, and close buckets on ticks.
+
+    ``clock_ms`` is the wall clock (injectable for tests). ``instance`` names this
+    worker in sketch summaries. Not thread-safe: one faust task owns it.
+    """
+
+    def __init__(self, settings: WorkerSettings, store: Stage1Store, *, instance: str,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.instance = instance
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self.buckets = TimeBuckets(settings.bucket_width, grace=settings.grace)
+        self.watermarks = WatermarkTracker(parse_duration(settings.allowed_delay, "allowed_delay"), parse_duration(settings.idle_timeout, "idle_timeout"))
+        self.roller: BucketRoller[None, None] = BucketRoller(
+            self.buckets, parse_duration(settings.retention, "retention"), aggregation=_NULL, watermarks=self.watermarks)
+        self.sketch = SlidingSketch(settings.hot_window_s, capacity=settings.sketch_capacity)
+        self._codecs = {CONTENT_TYPE["json"]: JsonCodec("event"), CONTENT_TYPE["avro"]: AvroCodec("event")}
+        self._default_codec = self._codecs[CONTENT_TYPE[settings.serializer]]
+        self._closed_through = -1  # the highest bucket this process closed
+        self._checkpointed_closed = -1  # ... as of the last checkpoint
+        self._recovered_closed: dict[Source, int] = {}  # per source, from the checkpoints recovered
+        self._duplicates = 0
+        self._sources: set[Source] = set()
+        self._source_ids: dict[Source, int] = {}  # the watermark tracker numbers its inputs
+        self._durable: dict[Source, int] = {}  # last offset durable at the last checkpoint
+        self._handled: dict[Source, int] = {}  # last offset handled since
+
+    # -- partitions and recovery ----------------------------------------------------------
+
+    def assign(self, sources: Iterable[Source]) -> None:
+        """The events (topic, partition)s this worker now owns (after a rebalance)."""
+        new = set(sources)
+        self.watermarks.revoke(self._source_id(s) for s in self._sources - new)
+        self.watermarks.assign((self._source_id(s) for s in new), self._clock_ms())
+        self._sources = new
+
+    def _source_id(self, source: Source) -> int:
+        sid = self._source_ids.get(source)
+        if sid is None:
+            sid = self._source_ids[source] = len(self._source_ids)
+        return sid
+
+    def recover(self) -> None:
+        """Re-read the store after a changelog recovery: index entries and restore, per
+        source, the closed-through bucket, the durable offset and the watermark."""
+        now = self._clock_ms()
+        for source, cp in self.store.reindex().items():
+            if cp.closed > self._recovered_closed.get(source, -1):
+                self._recovered_closed[source] = cp.closed
+            if cp.offset > self._durable.get(source, -1):
+                self._durable[source] = cp.offset
+            if cp.max_ts_ms is not None and source in self._sources:
+                # Without this, a partition whose re-read records are all duplicates would
+                # hold the low watermark until its idle timeout.
+                self.watermarks.observe(self._source_id(source), cp.max_ts_ms, now)
+
+    def checkpoint(self) -> bool:
+        """Record progress (offsets handled, buckets closed) in the store; True if anything was written.
+
+        Call only once the stage-1 entries and the outputs of everything handled so
+        far are acknowledged by the broker: the checkpoint vouches for them.
+        """
+        progressed = {s: o for s, o in self._handled.items() if o > self._durable.get(s, -1)}
+        if self._closed_through > self._checkpointed_closed:
+            # A close with no new records still has to be recorded for every source we own.
+            progressed.update({s: self._durable.get(s, -1) for s in self._sources if s not in progressed})
+        if not progressed:
+            return False
+        self.store.checkpoint({s: Checkpoint(self._closed_for(s), o, self.watermarks.max_event_ts(self._source_id(s)))
+                               for s, o in progressed.items()})
+        self._durable.update(progressed)
+        self._checkpointed_closed = self._closed_through
+        return True
+
+    def _closed_for(self, source: Source) -> int:
+        """The highest bucket index closed for records of ``source``.
+
+        Per source, not global: after a crash some sources' checkpoints may have
+        reached the broker and others not, and a source whose checkpoint did not must
+        fold its re-read records into the buckets they belong to again.
+        """
+        return max(self._closed_through, self._recovered_closed.get(source, -1))
+
+    def persist(self, flush: Callable[[], None]) -> None:
+        """Make everything handled so far durable, in the order that survives any crash.
+
+        ``flush()`` must return only once the broker acknowledged every record written
+        so far (and raise otherwise). Entries and outputs first, then the checkpoint
+        that vouches for them, then closed buckets' tombstones (durable by the next
+        flush; recovery drops the entries if a crash loses them). Acknowledge the
+        input records only after this returns.
+        """
+        self.store.flush()
+        flush()
+        if self.checkpoint():
+            flush()
+        self.store.release_closed()
+
+    # -- per record ---------------------------------------------------------------------------
+
+    def handle(self, msg: InMessage) -> list[Output]:
+        """Process one record; returns the late-event or dead-letter record to send, if any."""
+        if self.store.stale:
+            self.recover()
+        source = (msg.topic, msg.partition)
+        if msg.offset <= self._durable.get(source, -1):
+            self._duplicates += 1  # re-read after a restart: its effects are already in Kafka
+            return []
+        self._handled[source] = msg.offset
+        now = self._clock_ms()
+        codec = self._codecs.get(msg.headers.get("content-type", b""), self._default_codec)
+        try:
+            if msg.value is None:
+                raise SerializationError("event: null value (tombstone) on the events topic")
+            event = codec.decode(msg.value)
+        except SerializationError as exc:
+            return [self._dead_letter(msg, str(exc), None, now)]
+        try:
+            parse_id(event["id"])
+        except InvalidIdError as exc:
+            return [self._dead_letter(msg, f"malformed id: {exc}", "id", now, event["ts_ms"])]
+        key = event["key"]
+        if not key.strip():
+            return [self._dead_letter(msg, "empty key", "key", now, event["ts_ms"])]
+        value = event["value"]
+        if value is not None and not math.isfinite(value):
+            return [self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, event["ts_ms"])]
+        salt = _salt(msg.headers.get("streams-salt"))
+        if salt is None:
+            return [self._dead_letter(msg, "malformed streams-salt header", "streams-salt", now, event["ts_ms"])]
+        ts = event["ts_ms"]
+        placement = self.roller.add(key, ts, None, now, partition=self._source_id(source))
+        kind = placement.kind
+        if kind is PlacementKind.ON_TIME:
+            bucket = placement.bucket
+            assert bucket is not None
+            if bucket.index <= self._closed_for(source):  # closed before a restart: the roller cannot know
+                return [self._late(msg, event, bucket.index, ts, now, "bucket closed")]
+            self.sketch.add(key, now / 1000)
+            if not self.store.fold(source, msg.offset, bucket.index, salt, key, value):
+                self._duplicates += 1
+            return []
+        if kind in (PlacementKind.LATE, PlacementKind.TOO_OLD):
+            self.sketch.add(key, now / 1000)
+            return [self._late(msg, event, placement.bucket.index, ts, now, placement.reason)]  # type: ignore[union-attr]
+        return [self._dead_letter(msg, placement.reason, "ts_ms", now, None, counted=True)]
+
+    def _late(self, msg: InMessage, event: Mapping[str, Any], index: int, ts: int, now: int, reason: str) -> Output:
+        bucket = self.buckets.bucket_at_index(index)
+        watermark = self.watermarks.floor_ms if self.watermarks.floor_ms is not None else ts
+        record = {
+            "event_id": event["id"], "bucket": bucket.label, "bucket_start_ms": bucket.start_ms,
+            "event_ts_ms": ts, "watermark_ms": watermark, "lateness_ms": max(0, watermark - bucket.close_ms),
+            "reason": reason, "source_topic": msg.topic, "source_partition": msg.partition,
+            "source_offset": msg.offset, "original": msg.value or b"",
+            "content_type": msg.headers.get("content-type", CONTENT_TYPE[self.settings.serializer]).decode("ascii", "replace"),
+        }
+        return Output("late_events", event["key"].encode(), record)
+
+    def _dead_letter(self, msg: InMessage, reason: str, field: str | None, now: int,
+                     ts: int | None = None, *, counted: bool = False) -> Output:
+        if not counted:
+            self.roller.count_dead_letter(_reason_class(reason), ts)
+        record = {
+            "reason": reason[:1000], "field": field, "source_topic": msg.topic, "source_partition": msg.partition,
+            "source_offset": msg.offset, "failed_at_ms": now, "original_key": msg.key, "original": msg.value,
+        }
+        return Output("dead_letters", msg.key or b"", record)
+
+    # -- per tick -----------------------------------------------------------------------------
+
+    def tick(self) -> TickResult:
+        """Close due buckets (emit-on-close) and summarise the hot-key sketch.
+
+        Send the outputs and call :meth:`persist` before handling another record: a
+        record classified late against a close that is not yet checkpointed would be
+        folded instead if a crash lost that checkpoint, and counted twice.
+        """
+        if self.store.stale:
+            self.recover()
+        now = self._clock_ms()
+        closed_meta = {c.bucket.index: c for c in self.roller.advance(now)}
+        watermark = self.watermarks.floor_ms
+        outputs: list[Output] = []
+        labels = []
+        if watermark is not None:
+            closable = (watermark - self.buckets.grace_ms) // self.buckets.width_ms - 1
+            due = sorted({i for i in self.store.bucket_indexes() if i <= closable} | set(closed_meta))
+            for index in due:
+                bucket = self.buckets.bucket_at_index(index)
+                entries = self.store.take_bucket(index)
+                meta = closed_meta.get(index)
+                keys = set()
+                events = 0
+                for salt, key, stats in entries:
+                    keys.add(key)
+                    events += stats.count
+                    outputs.append(Output("partials", key.encode(), partial_record(bucket, key, salt, stats)))
+                outputs.append(Output("bucket_closed", bucket.label.encode(), {
+                    "bucket": bucket.label, "bucket_start_ms": bucket.start_ms, "bucket_end_ms": bucket.end_ms,
+                    "closed_at_ms": now, "watermark_ms": watermark, "events": events, "keys": len(keys),
+                    "late_events": meta.late_events if meta else 0, "dead_letters": meta.dead_letters if meta else 0,
+                }))
+                labels.append(bucket.label)
+            if closable > self._closed_through:
+                self._closed_through = closable  # persisted by the next checkpoint()
+        summary = self.sketch.summary(now / 1000, top=256, instance=self.instance)
+        return TickResult(tuple(outputs), summary, tuple(labels), watermark)
+
+    def counts(self) -> ProcessorCounts:
+        """Conservation counters since this processor started."""
+        c = self.roller.counts()
+        return ProcessorCounts(c.received, c.on_time, c.late, c.too_old, c.dead_lettered, self._duplicates)
+
+    def open_buckets(self) -> int:
+        """Buckets holding stage-1 state right now (bounded by the open window)."""
+        return len(self.store.bucket_indexes())
+
+
+def _salt(raw: bytes | None) -> int | None:
+    if raw is None:
+        return -1
+    try:
+        salt = int(raw)
+    except ValueError:
+        return None
+    return salt if -1 <= salt < 100_000 else None
+
+
+def _reason_class(reason: str) -> str:
+    """A short, fixed reason class for counters (the full text goes into the dead letter)."""
+    for prefix in ("malformed id", "empty key", "value must be finite", "malformed streams-salt"):
+        if reason.startswith(prefix):
+            return prefix
+    return "undecodable payload"
