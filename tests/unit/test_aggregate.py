@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams import aggregate
+from streams.core import aggregate
 from streams.core.aggregate import MAX_PARTIALS, Stats
 from streams.core.errors import SerializationError
 
