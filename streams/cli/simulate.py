@@ -1,6 +1,7 @@
 """``streams simulate``: route a key distribution (or a file of real keys) offline and report.
 
-The work is :func:`streams.core.simulate.simulate`; this module parses flags and prints.
+The work is :func:`streams.core.simulate.simulate`, which runs the worker's own
+decider on exact counts; this module parses flags and prints.
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 import argparse
 
 from streams.cli import HelpFormatter, non_negative_float, positive_int, print_fields, print_json, print_table
-from streams.core.errors import StreamsError
+from streams.core.errors import ConfigError, StreamsError
+from streams.core.hotkeys.decider import BalancePolicy
 from streams.core.routing.placement import HASHES, PLACEMENTS
 from streams.core.simulate import DISTRIBUTIONS, SimulationReport, Workload, generate_keys, read_keys, simulate
 
@@ -24,18 +26,29 @@ examples:
 
 Every event gets the ID i (its position), which picks its salt when its key is
 split. The whole run counts as one window of --window-s seconds, so a key's rate
-is its count / window; a key is hot above max(--hot-share-multiple x fair share,
---hot-min-rate) events/s.
+is its count / window. The decider is the worker's own (the same code and the
+same defaults as the worker settings balance_*): when max/mean of the partition
+loads is above --balance-target it moves or splits the fewest heavy keys that
+bring every partition under --balance-aim x mean, round after round until it has
+nothing more to do.
 """
+
+#: BalancePolicy field -> the flag that sets it (and its worker setting, in the help).
+_POLICY_FLAGS = {
+    "balance_target": "--balance-target", "balance_aim": "--balance-aim", "min_rate": "--balance-min-rate",
+    "max_keys": "--balance-max-keys", "max_changes": "--balance-max-changes", "hold_s": "--balance-hold-s",
+    "allow_moves": "--splits-only", "enabled": "--no-balance",
+}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``simulate`` to ``subparsers``."""
     parser = subparsers.add_parser(
-        NAME, help="replay keys through the router offline: balance, hot keys, splits, growth",
+        NAME, help="replay keys through the router offline: balance, the directory the decider builds, growth",
         description="Route a key distribution or a file of real keys through the router, without a broker, "
-                    "and report partition loads before and after hot-key splitting, and how many keys move "
-                    "when the partition count grows by one.",
+                    "run the worker's load-aware decider on the exact counts, and report partition loads "
+                    "before and after, the keys it moved or split, and how many keys move when the "
+                    "partition count grows by one.",
         epilog=_EPILOG, formatter_class=HelpFormatter)
     add_workload_arguments(parser)
     keys = parser.add_argument_group("real keys (instead of --distribution)")
@@ -48,13 +61,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     routing.add_argument("--partitions", type=positive_int, default=12, metavar="N", help="partition count (default: 12)")
     routing.add_argument("--placement", choices=PLACEMENTS, default="mod", help="placement (default: mod)")
     routing.add_argument("--hash", choices=HASHES, default="murmur2", help="hash (default: murmur2)")
-    hot = parser.add_argument_group("hot-key detection")
-    hot.add_argument("--window-s", type=non_negative_float, default=10.0, metavar="S",
-                     help="the run counts as one window of S seconds (default: 10)")
-    hot.add_argument("--hot-share-multiple", type=non_negative_float, default=2.0, metavar="X",
-                     help="hot above X times the fair per-partition rate (default: 2)")
-    hot.add_argument("--hot-min-rate", type=non_negative_float, default=100.0, metavar="R",
-                     help="and above R events/s (default: 100)")
+    balance = parser.add_argument_group("the decider (the worker settings balance_*; defaults are theirs)")
+    balance.add_argument("--window-s", type=non_negative_float, default=10.0, metavar="S",
+                         help="the run counts as one window of S seconds (default: 10)")
+    defaults = BalancePolicy(partitions=1)
+    balance.add_argument("--balance-target", type=float, metavar="X",
+                         help=f"act when max/mean of partition loads is above X (default: {defaults.balance_target:g})")
+    balance.add_argument("--balance-aim", type=float, metavar="X",
+                         help=f"plans aim at max/mean X, at most the target (default: {defaults.balance_aim:g})")
+    balance.add_argument("--balance-min-rate", type=non_negative_float, metavar="R",
+                         help=f"never place keys under R events/s (default: {defaults.min_rate:g})")
+    balance.add_argument("--balance-max-keys", type=positive_int, metavar="N",
+                         help=f"heaviest keys considered per round (default: {defaults.max_keys})")
+    balance.add_argument("--balance-max-changes", type=positive_int, metavar="N",
+                         help=f"keys whose placement may change per round (default: {defaults.max_changes})")
+    balance.add_argument("--balance-hold-s", type=non_negative_float, metavar="S",
+                         help=f"a placement stays at least S seconds before it is retired (default: {defaults.hold_s:g})")
+    balance.add_argument("--splits-only", action="store_true",
+                         help="never move a key whole: keep Kafka's placement for every key that is not split")
+    balance.add_argument("--no-balance", action="store_true", help="turn the decider off (plain hash placement)")
     parser.add_argument("--plot", metavar="FILE.png", help="draw partition loads before and after splitting "
                                                             "(needs matplotlib: the 'plot' extra)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -79,6 +104,32 @@ def workload_from(args: argparse.Namespace) -> Workload:
     return Workload(args.distribution, args.keys, args.zipf_exponent, args.elephants, args.elephant_share, args.seed)
 
 
+def policy_from(args: argparse.Namespace, partitions: int) -> BalancePolicy:
+    """The BalancePolicy the flags name (defaults for the rest).
+
+    Raises ConfigError naming the flags: for an inconsistent pair, which one the
+    user gave and which one is the default (``--balance-aim 1.2`` above the default
+    ``--balance-target 1.1``).
+    """
+    given = {field: getattr(args, flag[2:].replace("-", "_")) for field, flag in _POLICY_FLAGS.items()
+             if field not in ("allow_moves", "enabled")}
+    given = {field: value for field, value in given.items() if value is not None}
+    if args.splits_only:
+        given["allow_moves"] = False
+    if args.no_balance:
+        given["enabled"] = False
+    try:
+        return BalancePolicy(partitions=partitions, settle_s=args.window_s, **given)
+    except ConfigError as exc:
+        text = str(exc)
+        for field, flag in sorted(_POLICY_FLAGS.items(), key=lambda kv: -len(kv[0])):
+            text = text.replace(field, flag)
+        defaulted = [flag for field, flag in _POLICY_FLAGS.items() if field not in given and flag in text
+                     and field not in ("allow_moves", "enabled")]
+        note = f" ({', '.join(defaulted)} at the default)" if defaulted else ""
+        raise ConfigError(f"{text}{note}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Simulate and print the report (or JSON); raises StreamsError / OSError for bad input."""
     if args.csv_column and not args.keys_file:
@@ -92,9 +143,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         workload = workload_from(args)
         keys, source = generate_keys(workload, args.events), workload.describe()
+    policy = policy_from(args, args.partitions)
     report = simulate(keys, partitions=args.partitions, placement=args.placement, hash=args.hash,
-                      window_s=args.window_s, share_multiple=args.hot_share_multiple, min_rate=args.hot_min_rate,
-                      source=source)
+                      window_s=args.window_s, policy=policy, source=source)
     if args.plot:
         _plot(report, args.plot)
     if args.json:
@@ -105,28 +156,35 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_report(r: SimulationReport) -> None:
-    enter = "-" if r.policy is None else f"{r.policy.thresholds(r.events / r.window_s)[0]:,.1f} events/s"
+    policy = r.policy
     print_fields("simulation", [
         ("keys", r.source),
         ("events", r.events),
         ("distinct keys", r.distinct_keys),
         ("routing", f"{r.partitions} partitions, {r.placement} + {r.hash}"),
         ("window", f"{r.window_s:g} s ({r.events / r.window_s:,.1f} events/s in all)"),
-        ("hot above", enter),
+        ("decider", "off" if not policy.enabled else
+         f"act above max/mean {policy.balance_target:g}, aim at {policy.balance_aim:g}"
+         + ("" if policy.allow_moves else ", splits only")),
     ])
     shown = min(r.partitions, _SHOWN_PARTITIONS)
-    rows = [(p, r.unsplit.counts[p], r.split.counts[p]) for p in range(shown)]
+    rows = [(p, r.before.counts[p], r.after.counts[p]) for p in range(shown)]
     note = f"... {r.partitions - shown} more partitions in --json" if shown < r.partitions else ""
-    print_table("events per partition", ["partition", "unsplit", "split"], rows, note=note)
+    print_table("events per partition", ["partition", "hash only", "with directory"], rows, note=note)
     print_table("balance", ["", "max", "mean", "min", "max/mean"], [
-        ("unsplit", r.unsplit.max, r.unsplit.mean, r.unsplit.min, r.unsplit.max_over_mean),
-        ("split", r.split.max, r.split.mean, r.split.min, r.split.max_over_mean),
+        ("hash only", r.before.max, r.before.mean, r.before.min, r.before.max_over_mean),
+        ("with directory", r.after.max, r.after.mean, r.after.min, r.after.max_over_mean),
     ])
-    if r.hot_keys:
-        print_table("hot keys", ["key", "events", "rate/s", "share", "split factor"],
-                    [(h.key, h.count, h.rate, f"{h.share:.1%}", h.split_factor) for h in r.hot_keys])
+    if r.placed:
+        print_table(f"directory: {len(r.placed)} keys ({r.touched_fraction:.3%} of distinct keys), "
+                    f"{r.rounds} decider round(s)",
+                    ["key", "events", "rate/s", "share", "home", "partitions"],
+                    [(h.key, h.count, h.rate, f"{h.share:.1%}", h.home,
+                      ("move -> " if len(h.partitions) == 1 else f"split {len(h.partitions)}: ")
+                      + ",".join(map(str, h.partitions))) for h in r.placed])
     else:
-        print("hot keys: none" + (" (one partition: nothing to split across)" if r.policy is None else "") + "\n")
+        print("directory: empty (" + ("the decider is off" if not policy.enabled else
+                                       "the hash alone is within the balance target") + ")\n")
     g = r.growth
     print_table(f"growth {g.from_partitions} -> {g.to_partitions} partitions ({g.hash})",
                 ["placement", "keys moved", "of keys", "fraction", "events moved"], [
@@ -152,11 +210,11 @@ def _plot(r: SimulationReport, path: str) -> None:
     partitions = range(r.partitions)
     fig, ax = plt.subplots(figsize=(max(6.0, r.partitions * 0.35), 4.0))
     width = 0.4
-    ax.bar([p - width / 2 for p in partitions], r.unsplit.counts, width,
-           label=f"unsplit (max/mean {r.unsplit.max_over_mean:.2f})")
-    ax.bar([p + width / 2 for p in partitions], r.split.counts, width,
-           label=f"split (max/mean {r.split.max_over_mean:.2f})")
-    ax.axhline(r.unsplit.mean, color="grey", linestyle="--", linewidth=1, label="mean")
+    ax.bar([p - width / 2 for p in partitions], r.before.counts, width,
+           label=f"hash only (max/mean {r.before.max_over_mean:.2f})")
+    ax.bar([p + width / 2 for p in partitions], r.after.counts, width,
+           label=f"with directory, {len(r.placed)} keys (max/mean {r.after.max_over_mean:.2f})")
+    ax.axhline(r.before.mean, color="grey", linestyle="--", linewidth=1, label="mean")
     ax.set_xlabel("partition")
     ax.set_ylabel("events")
     ax.set_title(f"{r.source}: {r.partitions} partitions, {r.placement} + {r.hash}")

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
 from streams.core.errors import ConfigError
+from streams.core.hotkeys.decider import BalancePolicy
+from streams.core.routing.placement import HASHES, PLACEMENTS, PLACERS
 from streams.core.validate import require
 
 __all__ = ["KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS"]
@@ -102,8 +104,8 @@ class ProducerSettings:
 
     def __post_init__(self) -> None:
         require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
-        require(self.placement in ("mod", "jump"), "placement", "'mod' or 'jump'", self.placement)
-        require(self.hash in ("murmur2", "xxh3", "sha256"), "hash", "'murmur2', 'xxh3' or 'sha256'", self.hash)
+        require((self.placement, self.hash) in PLACERS, "placement/hash",
+                f"a pair of {PLACEMENTS} and {HASHES}", (self.placement, self.hash))
         require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
         require(self.id_kind in ("uuid7", "snowflake"), "id_kind", "'uuid7' or 'snowflake'", self.id_kind)
         require(0 <= self.snowflake_worker <= 1023, "snowflake_worker", "an int in [0, 1023]", self.snowflake_worker)
@@ -111,7 +113,15 @@ class ProducerSettings:
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """The faust workers: identity, time buckets, hot-key thresholds, metrics."""
+    """The faust workers: identity, time buckets, the load-aware decider, metrics.
+
+    ``placement`` and ``hash`` must be the producers' (they name each key's hash
+    home, which the decider needs to know where unplaced keys' traffic goes).
+    ``hot_window_s`` is the measurement window (keys and partition loads); the
+    ``balance_*`` settings are :class:`~streams.core.hotkeys.decider.BalancePolicy`'s
+    knobs (see :meth:`balance_policy`); ``hot_min_window_events`` is how many events
+    the window must hold before the decider trusts it.
+    """
 
     app_id: str = "streams-worker"
     partitions: int = 12
@@ -121,14 +131,18 @@ class WorkerSettings:
     idle_timeout: str = "30s"
     retention: str = "1h"
     serializer: str = "json"
+    placement: str = "mod"
+    hash: str = "murmur2"
     hot_window_s: float = 5.0
-    hot_share_multiple: float = 2.0
-    hot_min_rate: float = 100.0
-    cool_share_multiple: float = 1.0
-    hot_hold_s: float = 10.0
     hot_min_window_events: int = 1000
-    target_partition_rate: float = 0.0
-    hot_split_fraction: float = 1.0
+    balance_enabled: bool = True
+    balance_moves: bool = True
+    balance_target: float = 1.10
+    balance_aim: float = 1.05
+    balance_min_rate: float = 1.0
+    balance_max_keys: int = 256
+    balance_max_changes: int = 64
+    balance_hold_s: float = 10.0
     sketch_capacity: int = 4096
     metrics_port: int = 0
     guarantee: str = "at_least_once"
@@ -137,25 +151,40 @@ class WorkerSettings:
     def __post_init__(self) -> None:
         require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
         require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
+        require((self.placement, self.hash) in PLACERS, "placement/hash",
+                f"a pair of {PLACEMENTS} and {HASHES}", (self.placement, self.hash))
         require(self.hot_window_s > 0, "hot_window_s", "a number > 0", self.hot_window_s)
-        require(self.hot_share_multiple > 0, "hot_share_multiple", "a number > 0 (a multiple of the fair share)",
-                 self.hot_share_multiple)
-        require(0 < self.cool_share_multiple <= self.hot_share_multiple, "cool_share_multiple",
-                 "a number in (0, hot_share_multiple]", self.cool_share_multiple)
-        require(self.hot_min_rate >= 0, "hot_min_rate", "a number >= 0", self.hot_min_rate)
         require(self.hot_min_window_events >= 0, "hot_min_window_events", "an int >= 0",
                  self.hot_min_window_events)
-        require(self.hot_hold_s >= 0, "hot_hold_s", "a number >= 0", self.hot_hold_s)
-        require(self.target_partition_rate >= 0, "target_partition_rate", "a number >= 0 (0: the fair share)",
-                 self.target_partition_rate)
-        require(0 < self.hot_split_fraction <= 1, "hot_split_fraction",
-                 "a number in (0, 1]: split pieces as a fraction of the fair share", self.hot_split_fraction)
+        self.balance_policy()  # validates the balance_* settings, naming them
         require(16 <= self.sketch_capacity <= 1_000_000, "sketch_capacity", "an int in [16, 1000000]", self.sketch_capacity)
         require(0 <= self.metrics_port <= 65535, "metrics_port", "an int in [0, 65535] (0: off)", self.metrics_port)
         require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
                  self.session_timeout_s)
         require(self.guarantee in ("at_least_once", "exactly_once"), "guarantee", "'at_least_once' or 'exactly_once'",
                  self.guarantee)
+
+    def balance_policy(self) -> BalancePolicy:
+        """The decider's policy from the ``balance_*`` settings (``settle_s`` is the window).
+
+        Raises ConfigError naming the setting (both, for an inconsistent pair such as
+        ``balance_aim`` above ``balance_target``).
+        """
+        try:
+            return BalancePolicy(**{field: getattr(self, setting) for field, setting in BALANCE_SETTINGS.items()})
+        except ConfigError as exc:
+            text = str(exc)
+            field = text.split(" ", 1)[0]
+            raise ConfigError(BALANCE_SETTINGS.get(field, field) + text[len(field):]) from None
+
+
+#: BalancePolicy field -> the WorkerSettings field that sets it.
+BALANCE_SETTINGS = {
+    "partitions": "partitions", "balance_target": "balance_target", "balance_aim": "balance_aim",
+    "min_rate": "balance_min_rate", "max_keys": "balance_max_keys", "max_changes": "balance_max_changes",
+    "hold_s": "balance_hold_s", "settle_s": "hot_window_s", "allow_moves": "balance_moves",
+    "enabled": "balance_enabled",
+}
 
 
 

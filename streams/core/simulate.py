@@ -15,12 +15,15 @@ Two halves:
   column instead.
 * **The simulation.** :func:`simulate` routes every event (the ``i``-th event's ID
   is the int ``i``, which picks its salt) through a :class:`~streams.core.routing.router.Router`
-  with one routing map, and reports in a :class:`SimulationReport`: the partition
-  loads unsplit; the keys :func:`streams.core.hotkeys.decider.exact_hot_keys` calls hot when the
-  whole run is one window of ``window_s`` seconds (rate = count / window); the
-  loads again with those split factors installed in the router's split table; and
-  how many distinct keys change partition when the partition count grows from N to
-  N + 1 under ``mod`` and under ``jump`` (ideal: 1 / (N + 1)).
+  with one routing map, and runs exactly the decider the worker runs
+  (:class:`~streams.core.hotkeys.decider.BalanceDecider`), fed with exact counts: the
+  whole run is one window of ``window_s`` seconds (rate = count / window). Each round
+  the decider sees the partition loads the router produces, its decisions go into
+  the router's directory, and the events are routed again, until a round decides
+  nothing. The :class:`SimulationReport` holds the loads before and after, the
+  directory (key, rate, home, partitions), and how many distinct keys change
+  partition when the partition count grows from N to N + 1 under ``mod`` and under
+  ``jump`` (ideal: 1 / (N + 1)).
 
 Pure logic: no Kafka, no output. The CLI (``streams simulate``) parses and prints.
 """
@@ -28,6 +31,7 @@ Pure logic: no Kafka, no output. The CLI (``streams simulate``) parses and print
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import math
 import random
@@ -38,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from streams.core.errors import ConfigError
-from streams.core.hotkeys.decider import HotKeyPolicy, exact_hot_keys
+from streams.core.hotkeys.decider import BalanceDecider, BalancePolicy
+from streams.core.hotkeys.sketch import MergedView
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
 from streams.core.routing.router import Router, RoutingMap
@@ -48,7 +53,7 @@ from streams.core.validate import require
 __all__ = [
     "DISTRIBUTIONS",
     "Growth",
-    "HotKey",
+    "PlacedKey",
     "KeyFile",
     "Movement",
     "PartitionLoads",
@@ -225,14 +230,23 @@ class PartitionLoads:
 
 
 @dataclass(frozen=True)
-class HotKey:
-    """A key the detector would flag: its events, rate (events/s), share of all events, split factor."""
+class PlacedKey:
+    """A key the decider placed: its events, rate (events/s), share of all events, hash home, partitions.
+
+    One partition means the key was moved whole; several, split over them.
+    """
 
     key: str
     count: int
     rate: float
     share: float
-    split_factor: int
+    home: int
+    partitions: tuple[int, ...]
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return {"key": self.key, "count": self.count, "rate": self.rate, "share": self.share, "home": self.home,
+                "partitions": list(self.partitions), "kind": "move" if len(self.partitions) == 1 else "split"}
 
 
 @dataclass(frozen=True)
@@ -289,8 +303,9 @@ class Growth:
 class SimulationReport:
     """What :func:`simulate` found; ``to_record`` is what ``streams simulate --json`` prints.
 
-    ``hot_keys`` are heaviest first; ``policy`` is None when there is one partition
-    (a key cannot be split across one), and then ``split`` equals ``unsplit``.
+    ``before`` are the loads the routing map's hash gives, ``after`` the loads with the
+    decider's directory (``placed``, heaviest first) in force, reached in ``rounds``
+    decider rounds.
     """
 
     source: str
@@ -300,31 +315,36 @@ class SimulationReport:
     placement: str
     hash: str
     window_s: float
-    policy: HotKeyPolicy | None
-    unsplit: PartitionLoads
-    hot_keys: tuple[HotKey, ...]
-    split: PartitionLoads
+    policy: BalancePolicy
+    before: PartitionLoads
+    placed: tuple[PlacedKey, ...]
+    after: PartitionLoads
+    rounds: int
     growth: Growth
+
+    @property
+    def touched_fraction(self) -> float:
+        """The share of distinct keys the directory places (moved or split)."""
+        return len(self.placed) / self.distinct_keys if self.distinct_keys else 0.0
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-friendly dict of the whole report."""
-        policy = None if self.policy is None else {
-            "share_multiple": self.policy.share_multiple, "min_rate": self.policy.min_rate,
-            "enter_rate": self.policy.thresholds(self.events / self.window_s)[0],
-        }
         return {
             "source": self.source, "events": self.events, "distinct_keys": self.distinct_keys,
             "partitions": self.partitions, "placement": self.placement, "hash": self.hash,
-            "window_s": self.window_s, "total_rate": self.events / self.window_s, "policy": policy,
-            "unsplit": self.unsplit.to_record(),
-            "hot_keys": [{"key": h.key, "count": h.count, "rate": h.rate, "share": h.share,
-                          "split_factor": h.split_factor} for h in self.hot_keys],
-            "split": self.split.to_record(),
+            "window_s": self.window_s, "total_rate": self.events / self.window_s,
+            "policy": dataclasses.asdict(self.policy),
+            "before": self.before.to_record(), "after": self.after.to_record(), "rounds": self.rounds,
+            "placed": [p.to_record() for p in self.placed],
+            "touched_keys": len(self.placed), "touched_fraction": self.touched_fraction,
             "growth": self.growth.to_record(),
         }
 
 
 # --- the simulation -----------------------------------------------------------------
+
+#: Decider rounds simulate runs at most (each changes at most ``max_changes`` keys).
+MAX_ROUNDS = 20
 
 
 def simulate(
@@ -334,42 +354,54 @@ def simulate(
     placement: str = "mod",
     hash: str = "murmur2",
     window_s: float = 10.0,
-    share_multiple: float = 2.0,
-    min_rate: float = 100.0,
+    policy: BalancePolicy | None = None,
     source: str = "",
 ) -> SimulationReport:
-    """Route ``keys`` (one event each, in order) and report balance, hot keys and growth.
+    """Route ``keys`` (one event each, in order), balance them with the decider, and report.
 
-    See the module docstring for what is measured. Raises ConfigError if ``keys`` is
-    empty or ``window_s`` is not > 0, ConfigError from HotKeyPolicy for a bad
-    ``share_multiple`` / ``min_rate``, RoutingMapError for a bad ``partitions``,
-    ``placement`` or ``hash``, and InvalidKeyError for a key routing refuses.
+    See the module docstring. ``policy`` defaults to ``BalancePolicy(partitions)``;
+    its partition count must equal ``partitions``. Raises ConfigError if ``keys`` is
+    empty, ``window_s`` is not > 0 or the policy disagrees, RoutingMapError for a bad
+    ``partitions``, ``placement`` or ``hash``, and InvalidKeyError for a key routing refuses.
     """
     require(len(keys) > 0, "keys", "at least one key", "none")
     require(_is_number(window_s) and window_s > 0, "window_s", "a number > 0", window_s)
     routing_map = RoutingMap(version=1, partitions=partitions, topic=_SIM_TOPIC, placement=placement, hash=hash)
     router = Router(_SIM_BUCKETS, [routing_map], memo_size=1 << 20)
-    policy = (HotKeyPolicy(partitions=partitions, share_multiple=share_multiple, min_rate=min_rate)
-              if partitions >= 2 else None)
-
-    unsplit = _route_all(router, keys, partitions)
+    policy = BalancePolicy(partitions=partitions) if policy is None else policy
+    require(policy.partitions == partitions, "policy.partitions", f"the simulated partition count ({partitions})",
+            policy.partitions)
+    before = _route_all(router, keys, partitions)
     counts, display = _distinct_counts(keys)
     events = len(keys)
-    hot: tuple[HotKey, ...] = ()
-    if policy is not None:
-        by_text = {display[kb]: count for kb, count in counts.items()}
-        factors = exact_hot_keys(by_text, window_s, policy)
-        hot = tuple(HotKey(key, by_text[key], by_text[key] / window_s, by_text[key] / events, k)
-                    for key, k in factors.items())
-        for h in hot:
-            router.splits.set(canonical_key(h.key), h.split_factor, partitions)
-    split = _route_all(router, keys, partitions) if hot else unsplit
+    rates = {display[kb]: count / window_s for kb, count in counts.items()}
+    decider = BalanceDecider(policy, home=router.home_of)
+    loads, now_s, rounds = before, 0.0, 0
+    step_s = max(policy.settle_s, 1e-3)
+    for _ in range(MAX_ROUNDS):
+        view = MergedView(instances=("simulate",), window_s=window_s, total=events, total_rate=events / window_s,
+                          rates=rates, unreported_rate=0.0, at_s=now_s,
+                          partition_rates={p: c / window_s for p, c in enumerate(loads.counts)})
+        decisions = decider.decide(view, now_s)
+        if not decisions:
+            break
+        rounds += 1
+        for d in decisions:
+            kb = canonical_key(d.key)
+            if d.kind == "retired":
+                router.directory.remove(kb)
+            else:
+                router.directory.set(kb, d.partitions, partitions)
+        loads = _route_all(router, keys, partitions)
+        now_s += step_s
+    by_text = {display[kb]: count for kb, count in counts.items()}
+    placed = tuple(sorted(
+        (PlacedKey(key, by_text[key], by_text[key] / window_s, by_text[key] / events, router.home_of(key), parts)
+         for key, parts in decider.directory.items()), key=lambda p: (-p.count, p.key)))
     growth = Growth(hash, partitions, _movement(counts, hash, "mod", partitions),
                     _movement(counts, hash, "jump", partitions))
     return SimulationReport(source, events, len(counts), partitions, placement, hash, float(window_s), policy,
-                            unsplit, hot, split, growth)
-
-
+                            before, placed, loads, rounds, growth)
 def _route_all(router: Router, keys: Sequence[str], partitions: int) -> PartitionLoads:
     """Route event ``i`` (key ``keys[i]``, ID ``i``) and count events per partition."""
     loads = [0] * partitions

@@ -1,13 +1,15 @@
-"""Follow the compacted hot-keys topic and keep a router's split table current.
+"""Follow the compacted hot-keys topic and keep a router's key directory current.
 
 A background thread reads every partition of the topic from the beginning (it is
 compacted, so the beginning is the current state) with no consumer group offsets,
 and keeps reading with a short poll so a new notice reaches the split table within
 about ``poll_timeout_s``. The control topic is untrusted input: each record is
-decoded with the ``hot_key_notice`` schema and validated; a malformed or hostile
-notice (split factor 0, negative or above the partition count, a key that does not
-match the record key, an enormous key, a wrong schema) is rejected and counted,
-never applied and never fatal. A tombstone (null value) unsplits its key.
+decoded by its schema header (:func:`~streams.core.routing.directory.decode_notice`:
+version 2 placements, or version 1 split factors from older deciders) and
+validated; a malformed or hostile notice (no partition, a partition out of range or
+repeated, more partitions than the map has, a key that does not match the record
+key, an enormous key, a wrong schema) is rejected and counted, never applied and
+never fatal. A tombstone (null value) sends its key home.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from streams.core.config import redact
 from streams.core.errors import HotKeyNoticeError, SerializationError
 from streams.core.routing.router import Router
-from streams.core.serde import AvroCodec
+from streams.core.routing.directory import decode_notice, notice_schema
 
 __all__ = ["HotKeyFollower"]
 
@@ -32,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 class HotKeyFollower:
-    """Applies hot-key notices from ``topic`` to ``router.splits`` in a daemon thread.
+    """Applies placement notices from ``topic`` to ``router.directory`` in a daemon thread.
 
     ``applied`` and ``rejected`` count notices; ``last_applied_monotonic`` is the
     ``time.monotonic()`` of the newest applied notice (for latency measurements).
@@ -46,7 +48,6 @@ class HotKeyFollower:
         self.applied = 0
         self.rejected = 0
         self.last_applied_monotonic: float | None = None
-        self._codec = AvroCodec("hot_key_notice")
         self._config = {
             **client_config,
             "group.id": f"streams-hotkeys-{uuid.uuid4().hex[:12]}",
@@ -100,7 +101,7 @@ class HotKeyFollower:
                     if msg.error() is not None:
                         self._error = str(msg.error())
                         continue
-                    self._handle(msg.key(), msg.value())
+                    self._handle(msg.key(), msg.value(), msg.headers())
                     with self._changed:
                         self._changed.notify_all()
                     if ends is not None and msg.offset() + 1 >= ends.get(msg.partition(), 0):
@@ -131,23 +132,32 @@ class HotKeyFollower:
             self._stop.wait(0.5)  # the topic does not exist yet: look again shortly
         return None
 
-    def _handle(self, key: bytes | None, value: bytes | None) -> None:
-        splits = self.router.splits
+    def _home(self, key: bytes, partitions: int) -> int:  # noqa: ARG002 - the newest map has that count
+        return self.router.home_of(key)
+
+    def _handle(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+        directory = self.router.directory
         try:
-            if value is None:  # tombstone: the detector is done with this key
+            if value is None:  # tombstone: the decider sent this key home
                 if not key:
                     raise HotKeyNoticeError("tombstone without a key")
-                splits.remove(key)
+                directory.remove(key)
                 self.applied += 1
                 self.last_applied_monotonic = time.monotonic()
                 return
-            record = self._codec.decode(value)
-            if key is not None and record.get("key") != key:
+            try:
+                notice = decode_notice(value, notice_schema(headers), home=self._home,
+                                       partitions=self.router.current.partitions)
+            except (SerializationError, HotKeyNoticeError):
+                directory.count_rejection()
+                raise
+            if key is not None and notice.key != key:
+                directory.count_rejection()
                 raise HotKeyNoticeError("notice key does not match the record key")
-            notice = splits.apply_record(record, self.router.current.partitions)
+            self.router.apply_notice(notice)
             self.applied += 1
             self.last_applied_monotonic = time.monotonic()
-            log.debug("split %r %d ways", notice.key_display, notice.split_factor)
+            log.debug("placed %r on %s", notice.key_display, list(notice.placement))
         except (SerializationError, HotKeyNoticeError) as exc:
             self.rejected += 1
             log.warning("rejected hot-key notice on %s: %s", self.topic, exc)

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.core.errors import HotKeyNoticeError, SerializationError, StreamsError
-from streams.core.routing.splits import HotKeyNotice
-from streams.core.serde import AvroCodec
+from streams.core.routing.directory import HotKeyNotice, decode_notice, notice_schema
+from streams.core.routing.hashing import kafka_partition
 
 __all__ = ["Monitor", "NoticeFold", "PartitionStat", "Snapshot", "partition_stats", "notice_display"]
 
@@ -53,15 +53,16 @@ class NoticeFold:
     producers' split tables.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, home: Callable[[bytes, int], int] = kafka_partition) -> None:
+        """``home(key, partitions)`` places a version 1 notice's key (default: Kafka's mod + murmur2)."""
         self.notices: dict[bytes, HotKeyNotice] = {}
         self.records = 0
         self.tombstones = 0
         self.malformed = 0
-        self._codec = AvroCodec("hot_key_notice")
+        self._home = home
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Fold one record (its key and value as consumed); never raises for bad input."""
+    def apply(self, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None = None) -> None:
+        """Fold one record (its key, value and headers as consumed); never raises for bad input."""
         self.records += 1
         if value is None:
             if not key:
@@ -71,7 +72,7 @@ class NoticeFold:
             self.notices.pop(key, None)
             return
         try:
-            notice = HotKeyNotice.from_record(self._codec.decode(value))
+            notice = decode_notice(value, notice_schema(headers), home=self._home)
         except (SerializationError, HotKeyNoticeError):
             self.malformed += 1
             return
@@ -166,7 +167,7 @@ class Snapshot:
             "hot_keys": {
                 "topic": self.hot_keys_topic, "found": self.hot_keys_found, "records": self.notices_read,
                 "tombstones": self.tombstones, "malformed": self.malformed,
-                "keys": [{"key": notice_display(n), "key_hex": n.key.hex(), "split_factor": n.split_factor,
+                "keys": [{"key": notice_display(n), "key_hex": n.key.hex(), "split_factor": n.split_factor, "placement": list(n.placement), "home": n.home,
                           "estimated_rate": n.estimated_rate, "share": n.share, "hot_since_ms": n.hot_since_ms,
                           "detected_at_ms": n.detected_at_ms, "partitions": n.partitions,
                           "map_version": n.map_version, "detector": n.detector} for n in self.hot_keys],
@@ -279,7 +280,7 @@ class Monitor:
                         continue
                     if msg.offset() >= todo[p]:
                         continue  # written after this snapshot started: the next one folds it
-                    self._fold.apply(msg.key(), msg.value())
+                    self._fold.apply(msg.key(), msg.value(), msg.headers())
                     self._positions[p] = msg.offset() + 1
                     if self._positions[p] >= todo[p]:
                         del todo[p]

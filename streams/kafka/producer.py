@@ -8,7 +8,7 @@ a wrapper (composition) around ``confluent_kafka.Producer``:
 * **stamp**: an event without an ID gets a UUIDv7 (or Snowflake) ID; the event time
   is the event's own ``ts_ms`` if given, else the ID's time;
 * **route**: time bucket + hash of the key under the routing map of that bucket,
-  salted ``key#i`` when the key is split (see :mod:`streams.core.routing.splits`);
+  salted ``key#i`` when the key is split (see :mod:`streams.core.routing.directory`);
 * **encode**: the ``Event`` envelope (``schemas/event.avsc``) as JSON (orjson) or
   Avro (fastavro);
 * **produce**: ``enable.idempotence=true`` and ``acks=all`` by default, headers

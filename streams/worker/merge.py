@@ -1,8 +1,8 @@
 """Stage 2 of the two-stage aggregation: merge partials per (bucket, real key).
 
-Stage 1 emits one partial per (bucket, key, salt) when a bucket closes; a split key
-has one partial per salt, an unsplit key one with salt -1, and a key split in the
-middle of a bucket both. Replay adds one more slot, :data:`LATE_SLOT`, holding the
+Stage 1 emits one partial per (bucket, key, slot) when a bucket closes, the slot
+being the source partition: a key the directory split or moved has one partial per
+partition that carried it in that bucket. Replay adds one more slot, :data:`LATE_SLOT`, holding the
 late events of that (bucket, key). Each partial *replaces* its slot (upsert), so a
 partial delivered twice, re-emitted after a restart, or a replay run twice changes
 nothing, and the merged result is the exact aggregate of the union of the slots:
@@ -26,7 +26,7 @@ __all__ = ["PartialMerger"]
 class PartialMerger:
     """Keeps the latest partial of every slot and returns the merged aggregate.
 
-    ``data`` maps ``"<bucket_start_ms>|<key>"`` to ``[partition, {salt: aggregate record}]``;
+    ``data`` maps ``"<bucket_start_ms>|<key>"`` to ``[partition, {slot: aggregate record}]``;
     ``changelog(partition, key, value)`` persists a change (None deletes).
     """
 
@@ -49,7 +49,7 @@ class PartialMerger:
         entry_key = f"{partial['bucket_start_ms']}|{partial['key']}"
         entry = self.data.get(entry_key)
         slots: dict[str, Any] = dict(entry[1]) if entry else {}
-        slots[str(partial["salt"])] = dict(partial)
+        slots[str(partial["slot"])] = dict(partial)
         stored = [partition, slots]
         self.data[entry_key] = stored
         self._changelog(partition, entry_key, stored)

@@ -122,7 +122,12 @@ class ProcessorCounts:
 
 
 class Stage1Store:
-    """Partial aggregates per (bucket index, salt, key), changelogged per source partition.
+    """Partial aggregates per (bucket index, source partition, key), changelogged per source partition.
+
+    The source partition is the entry's *slot*: stage 2 upserts one partial per
+    (bucket, key, slot), so a key whose events a bucket saw on several partitions
+    (split over them, or moved by the directory in the middle of the bucket, or
+    handed between workers) is merged exactly whoever folded each partition.
 
     ``data`` maps entry keys to ``[changelog partition, {source partition: last offset}, stats record]``;
     ``changelog(partition, key, value)`` persists a change (``value`` None deletes).
@@ -184,16 +189,15 @@ class Stage1Store:
         self._indexed_len = len(self.data)
         return checkpoints
 
-    def fold(self, source: Source, offset: int, index: int, salt: int, key: str, value: float | None) -> bool:
+    def fold(self, source: Source, offset: int, index: int, key: str, value: float | None) -> bool:
         """Fold one on-time event in; False (and nothing changed) if this source offset was folded before.
 
-        An entry normally hears from one source (a salted key sits on one partition
-        per bucket), but offsets are remembered per (topic, partition), so records of
-        a key produced elsewhere with another partitioner are folded correctly too.
-        The entry is changelogged to the partition number of its first source.
+        Offsets are remembered per (topic, partition), so an entry of a per-bucket
+        topic or of a foreign producer's records is folded correctly too. The entry is
+        changelogged to its source partition's changelog partition.
         """
         topic, partition = source
-        entry_key = f"{index}|{salt}|{key}"
+        entry_key = f"{index}|{partition}|{key}"
         entry = self._live.get(entry_key)
         if entry is None:
             entry = self._live[entry_key] = [partition, {}, Stats.empty()]
@@ -232,7 +236,7 @@ class Stage1Store:
         return sorted(self._index)
 
     def take_bucket(self, index: int) -> list[tuple[int, str, Stats]]:
-        """Remove and return the entries of one bucket as (salt, key, stats).
+        """Remove and return the entries of one bucket as (slot, key, stats); the slot is the source partition.
 
         Their changelog tombstones wait for :meth:`release_closed`: the caller must
         first make the bucket's partials and then a checkpoint durable.
@@ -243,8 +247,8 @@ class Stage1Store:
             self._dirty.discard(entry_key)
             self.data.pop(entry_key, None)
             self._closed.append((partition, entry_key))
-            _, salt, key = entry_key.split("|", 2)
-            out.append((int(salt), key, stats))
+            _, slot, key = entry_key.split("|", 2)
+            out.append((int(slot), key, stats))
         self._indexed_len = len(self.data)
         return out
 
@@ -419,7 +423,7 @@ class EventProcessor:
             if bucket.index <= self._closed_for(source):  # closed before a restart: the roller cannot know
                 return [self._late(msg, event, bucket.index, ts, now, "bucket closed")]
             self.sketch.add(key, now / 1000)
-            if not self.store.fold(source, msg.offset, bucket.index, salt, key, value):
+            if not self.store.fold(source, msg.offset, bucket.index, key, value):
                 self._duplicates += 1
             return []
         if kind in (PlacementKind.LATE, PlacementKind.TOO_OLD):
@@ -474,10 +478,10 @@ class EventProcessor:
                 meta = closed_meta.get(index)
                 keys = set()
                 events = 0
-                for salt, key, stats in entries:
+                for slot, key, stats in entries:
                     keys.add(key)
                     events += stats.count
-                    outputs.append(Output("partials", key.encode(), partial_record(bucket, key, salt, stats)))
+                    outputs.append(Output("partials", key.encode(), partial_record(bucket, key, slot, stats)))
                 outputs.append(Output("bucket_closed", bucket.label.encode(), {
                     "bucket": bucket.label, "bucket_start_ms": bucket.start_ms, "bucket_end_ms": bucket.end_ms,
                     "closed_at_ms": now, "watermark_ms": watermark, "events": events, "keys": len(keys),

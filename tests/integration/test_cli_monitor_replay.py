@@ -178,7 +178,7 @@ def test_replay_late_json_counts_exactly_writes_one_late_slot_partial_per_bucket
     assert set(by_slot) == set(oracle)
     for slot, stats in oracle.items():
         key, r = by_slot[slot]
-        assert key == slot[1].encode() and (r["salt"], r["final"]) == (LATE_SLOT, True)
+        assert key == slot[1].encode() and (r["slot"], r["final"]) == (LATE_SLOT, True)
         assert (r["count"], r["sum"], r["min"], r["max"]) == (stats.count, stats.sum, stats.min, stats.max)
 
     again = ok_json(streams(*args))

@@ -16,7 +16,7 @@ from worker_harness import consume_all
 from streams.core.errors import RoutingMapError
 from streams.core.ids import parse_id
 from streams.core.routing.router import Router, RoutingMap
-from streams.core.routing.splits import HotKeyNotice
+from streams.core.routing.directory import HotKeyNotice
 from streams.core.serde import AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.producer import RoutingProducer

@@ -13,7 +13,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streams.core.hotkeys.decider import HotKeyPolicy, exact_hot_keys
 from streams.core.ids import DISCORD_EPOCH_MS, TWITTER_EPOCH_MS, Snowflake
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
@@ -121,21 +120,20 @@ def test_simulate_json_matches_a_direct_routing_of_the_same_seeded_zipf_keys() -
 
     keys = generate_keys(Workload("zipf", keys=800, zipf_exponent=1.2, seed=42), 40_000)
     router = Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=10, topic="t", placement="jump", hash="xxh3")])
-    unsplit = Counter(router.route(key, 0).partition for key in keys)
-    hot = exact_hot_keys(Counter(keys), 20.0, HotKeyPolicy(partitions=10))
-    assert hot, "the workload must have a hot key for the split half to mean anything"
-    for key, k in hot.items():
-        router.splits.set(canonical_key(key), k, 10)
-    split = Counter(router.route(key, 0, event_id).partition for event_id, key in enumerate(keys))
+    before = Counter(router.route(key, 0).partition for key in keys)
+    assert report["placed"], "the workload must be unbalanced for the directory half to mean anything"
+    for placed in report["placed"]:
+        router.directory.set(canonical_key(placed["key"]), tuple(placed["partitions"]), 10)
+    after = Counter(router.route(key, 0, event_id).partition for event_id, key in enumerate(keys))
 
     assert report["events"] == 40_000 and report["distinct_keys"] == len(set(keys))
-    assert report["unsplit"]["loads"] == [unsplit[p] for p in range(10)]
-    assert report["unsplit"]["max"] == max(unsplit.values())
-    assert report["unsplit"]["mean"] == 4000.0
-    assert report["unsplit"]["max_over_mean"] == pytest.approx(max(unsplit.values()) / 4000)
-    assert {h["key"]: h["split_factor"] for h in report["hot_keys"]} == hot
-    assert report["split"]["loads"] == [split[p] for p in range(10)]
-    assert report["split"]["max_over_mean"] == pytest.approx(max(split.values()) / 4000)
+    assert report["before"]["loads"] == [before[p] for p in range(10)]
+    assert report["before"]["max"] == max(before.values())
+    assert report["before"]["mean"] == 4000.0
+    assert report["before"]["max_over_mean"] == pytest.approx(max(before.values()) / 4000)
+    assert report["after"]["loads"] == [after[p] for p in range(10)]
+    assert report["after"]["max_over_mean"] == pytest.approx(max(after.values()) / 4000)
+    assert report["after"]["max_over_mean"] <= 1.10
     distinct = {canonical_key(k) for k in keys}
     for placement in ("mod", "jump"):
         before, after = make_placer("xxh3", placement, 10), make_placer("xxh3", placement, 11)
@@ -158,8 +156,20 @@ def test_simulate_reads_real_keys_from_a_csv_column(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = orjson.loads(result.stdout)
     assert report["events"] == 4000 and report["distinct_keys"] == 2001
-    # 400 events/s in all over the 10 s window, fair share 50/s: the whale's 200/s is hot, split 4 ways.
-    assert [(h["key"], h["count"], h["split_factor"]) for h in report["hot_keys"]] == [("whale", 2000, 4)]
+    # 400 events/s in all over the 10 s window, fair share 50/s: the whale's 200/s must be split.
+    assert [(p["key"], p["count"], p["kind"]) for p in report["placed"]] == [("whale", 2000, "split")]
+    assert report["after"]["max_over_mean"] <= 1.10
+
+
+def test_simulate_names_the_flags_of_an_inconsistent_pair() -> None:
+    line = one_error_line(streams("simulate", "--events", "1000", "--balance-aim", "1.2"))
+    assert "--balance-aim" in line and "--balance-target" in line and "at the default" in line
+
+
+def test_simulate_accepts_a_low_target_with_a_matching_aim() -> None:
+    result = streams("simulate", "--events", "20000", "--balance-target", "1.02", "--balance-aim", "1.01", "--json")
+    assert result.returncode == 0, result.stderr
+    assert orjson.loads(result.stdout)["policy"]["balance_target"] == 1.02
 
 
 def test_simulate_with_a_missing_keys_file_gives_one_line() -> None:

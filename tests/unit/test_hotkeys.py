@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.errors import ConfigError, HotKeyNoticeError
-from streams.core.hotkeys.decider import Decision, HotKeyDecider, HotKeyPolicy, exact_hot_keys
+from streams.core.hotkeys.decider import BalanceDecider, BalancePolicy, max_over_mean
 from streams.core.hotkeys.sketch import MAX_SUMMARY_ITEMS, MergedView, SketchSummary, SlidingSketch, merge_summaries
 
 # --- a realistic workload: Zipf plus elephants, three instances -------------------------
@@ -42,16 +42,21 @@ class Workload:
         stream = rng.choices(keys, cum_weights=list(itertools.accumulate(weights)), k=events)
         self.exact = Counter(stream)
         # Each key lives on one of 12 partitions; instance i owns partitions p with p % 3 == i.
-        self.instance_of = {key: zlib.crc32(key.encode()) % PARTITIONS % INSTANCES for key in self.exact}
+        self.partition_of = {key: zlib.crc32(key.encode()) % PARTITIONS for key in self.exact}
+        self.instance_of = {key: p % INSTANCES for key, p in self.partition_of.items()}
         sketches = [SlidingSketch(WINDOW_S, slices=5, capacity=1024) for _ in range(INSTANCES)]
         batch = 1000
         for start in range(0, events, batch):
             now_s = start / events * WINDOW_S
             per_instance: list[list[str]] = [[] for _ in range(INSTANCES)]
+            per_partition = Counter()
             for key in stream[start:start + batch]:
                 per_instance[self.instance_of[key]].append(key)
+                per_partition[self.partition_of[key]] += 1
             for sketch, keys_of_instance in zip(sketches, per_instance):
                 sketch.add_many(keys_of_instance, now_s)
+            for partition, count in per_partition.items():
+                sketches[partition % INSTANCES].add_partition(partition, now_s, count)
         self.at_s = WINDOW_S - 0.001  # the end of the window, still inside its last slice
         self.summaries = [s.summary(self.at_s, top=TOP, instance=f"worker-{i}") for i, s in enumerate(sketches)]
 
@@ -61,41 +66,25 @@ def workload() -> Workload:
     return Workload()
 
 
-def zipf_policy(share_multiple: float) -> HotKeyPolicy:
-    return HotKeyPolicy(partitions=PARTITIONS, share_multiple=share_multiple, min_rate=10.0,
-                        cool_multiple=share_multiple / 2, hold_s=5.0)
-
-
-# share 1.0 is a realistic setting (a few hot keys); 0.05 puts the threshold in the
-# dense Zipf tail, where ~20 keys are hot and neighbours are ~40 events/s apart.
-@pytest.mark.parametrize("share_multiple", [1.0, 0.25, 0.05])
-def test_decider_on_merged_summaries_finds_every_truly_hot_key(workload: Workload, share_multiple: float) -> None:
-    policy = zipf_policy(share_multiple)
-    oracle = exact_hot_keys(workload.exact, WINDOW_S, policy)
-    decisions = HotKeyDecider(policy).decide(merge_summaries(workload.summaries), workload.at_s)
-    flagged = {d.key: d.split_factor for d in decisions}
-
-    assert len(workload.exact) >= 100_000
-    assert "elephant-3" in oracle  # 12% of all traffic: hot under every policy here
-    assert {d.kind for d in decisions} == {"hot"}
-    assert set(oracle) <= set(flagged), "a truly hot key was missed"
-    false_positives = set(flagged) - set(oracle)
-    assert len(false_positives) <= 0.05 * len(flagged), sorted(false_positives)
-    assert all(abs(flagged[key] - k) <= 1 for key, k in oracle.items())
-
-
-def test_one_instance_alone_misjudges_keys_against_the_global_fair_share(workload: Workload) -> None:
-    policy = zipf_policy(0.25)
-    oracle = exact_hot_keys(workload.exact, WINDOW_S, policy)
-    merged = merge_summaries(workload.summaries)
-    alone = merge_summaries(workload.summaries[:1])
-    assert alone.total_rate < merged.total_rate / 2
-    flagged_alone = {d.key: d.split_factor for d in HotKeyDecider(policy).decide(alone, workload.at_s)}
-    own_oracle = {key: k for key, k in oracle.items() if workload.instance_of[key] == 0}
-    # Seeing a third of the traffic, it takes a third of the fair share for the whole:
-    # it flags keys that are not hot, and splits the hot ones at least as far.
-    assert set(flagged_alone) - set(own_oracle)
-    assert all(flagged_alone[key] >= k for key, k in own_oracle.items())
+def test_the_decider_on_merged_summaries_evens_the_exact_partition_loads(workload: Workload) -> None:
+    view = merge_summaries(workload.summaries)
+    assert sorted(view.partition_rates) == list(range(PARTITIONS))
+    before = [0.0] * PARTITIONS
+    for key, count in workload.exact.items():
+        before[workload.partition_of[key]] += count
+    assert [view.partition_rates[p] * workload.at_s for p in range(PARTITIONS)] == pytest.approx(before, rel=1e-9)
+    policy = BalancePolicy(partitions=PARTITIONS)
+    assert max_over_mean(before) > policy.balance_target
+    decider = BalanceDecider(policy, home=workload.partition_of.__getitem__)
+    decisions = decider.decide(view, workload.at_s)
+    assert decisions and {d.kind for d in decisions} == {"placed"}
+    after = [0.0] * PARTITIONS  # the exact counts, routed by the new directory
+    for key, count in workload.exact.items():
+        parts = decider.directory.get(key, (workload.partition_of[key],))
+        for p in parts:
+            after[p] += count / len(parts)
+    assert max_over_mean(after) <= 1.10
+    assert len(decisions) <= 0.001 * len(workload.exact), "too many keys touched"
 
 
 def test_merged_rates_add_the_instances_and_bound_the_exact_rates(workload: Workload) -> None:
@@ -289,144 +278,3 @@ def test_merge_keeps_the_latest_summary_of_each_instance_and_drops_stale_ones() 
     assert view.instances == ("a",) and dict(view.rates) == {"x": 10.0}
     empty = merge_summaries([])
     assert (empty.total, empty.total_rate, dict(empty.rates), empty.instances) == (0, 0.0, {}, ())
-
-
-# --- the decider --------------------------------------------------------------------------
-
-# 10 partitions, total 1000/s: fair share 100/s, enter above 200/s, below under 100/s.
-POLICY = HotKeyPolicy(partitions=10, share_multiple=2.0, cool_multiple=1.0, min_rate=0.0, hold_s=10.0,
-                      target_partition_rate=1000.0)  # a large target: k stays 2 in these tests
-
-
-def view(rates: dict[str, float], total_rate: float = 1000.0, unreported_rate: float = 0.0) -> MergedView:
-    return MergedView(instances=("a",), window_s=10.0, total=int(total_rate * 10), total_rate=total_rate,
-                      rates=MappingProxyType(rates), unreported_rate=unreported_rate, at_s=0.0)
-
-
-def run(decider: HotKeyDecider, timeline: list[tuple[float, float]], key: str = "k") -> list[tuple[float, Decision]]:
-    out = []
-    for now_s, rate in timeline:
-        out += [(now_s, d) for d in decider.decide(view({key: rate}), now_s)]
-    return out
-
-
-def test_a_key_above_the_entry_threshold_becomes_hot_once() -> None:
-    decisions = run(HotKeyDecider(POLICY), [(0, 150), (1, 250), (2, 260), (3, 300)])
-    assert [(t, d.kind, d.split_factor, d.hot_since_s) for t, d in decisions] == [(1, "hot", 2, 1)]
-    assert decisions[0][1].rate == 250 and decisions[0][1].share == 0.25
-
-
-def test_dipping_between_the_thresholds_keeps_a_key_hot() -> None:
-    decider = HotKeyDecider(POLICY)
-    decisions = run(decider, [(0, 250)] + [(t, 150) for t in range(1, 60)])
-    assert [d.kind for _, d in decisions] == ["hot"] and decider.hot == {"k": 2}
-
-
-def test_a_dip_below_the_exit_threshold_shorter_than_hold_keeps_a_key_hot() -> None:
-    timeline = [(0, 250), (1, 50), (10.9, 50), (11, 150), (12, 50), (21.9, 50)]
-    assert [d.kind for _, d in run(HotKeyDecider(POLICY), timeline)] == ["hot"]
-
-
-def test_a_key_below_the_exit_threshold_for_hold_s_cools_and_is_later_tombstoned() -> None:
-    decider = HotKeyDecider(POLICY)
-    decisions = run(decider, [(0, 250), (5, 50), (14, 50), (15, 50), (20, 50), (24.9, 0), (25, 0), (26, 0)])
-    assert [(t, d.kind, d.split_factor, d.hot_since_s) for t, d in decisions] == [
-        (0, "hot", 2, 0), (15, "cooled", 1, 0), (25, "tombstone", 1, 0)]
-    assert decider.hot == {} and decider.decide(view({}), 100.0) == []
-
-
-def test_a_cooled_key_that_heats_up_again_is_hot_again() -> None:
-    decisions = run(HotKeyDecider(POLICY), [(0, 250), (1, 50), (11, 50), (12, 300), (40, 300)])
-    assert [(t, d.kind, d.hot_since_s) for t, d in decisions] == [(0, "hot", 0), (11, "cooled", 0), (12, "hot", 12)]
-
-
-def test_a_hot_key_missing_from_the_view_is_judged_by_the_unreported_rate() -> None:
-    decider = HotKeyDecider(POLICY)
-    decider.decide(view({"k": 250}), 0.0)
-    assert decider.decide(view({}, unreported_rate=150.0), 20.0) == []  # might still be 150/s: stays hot
-    decider.decide(view({}), 21.0)
-    assert [d.kind for d in decider.decide(view({}), 31.0)] == ["cooled"]
-
-
-def test_a_view_without_instances_changes_nothing() -> None:
-    decider = HotKeyDecider(POLICY)
-    decider.decide(view({"k": 250}), 0.0)
-    assert decider.decide(merge_summaries([]), 100.0) == [] and decider.hot == {"k": 2}
-
-
-def test_split_factor_grows_at_once_and_shrinks_only_after_hold() -> None:
-    policy = HotKeyPolicy(partitions=10, share_multiple=2.0, cool_multiple=1.0, min_rate=0.0, hold_s=10.0)
-    decider = HotKeyDecider(policy)  # target = fair share = 100/s
-    timeline = [(0, 250), (1, 450), (2, 350), (5, 450), (6, 350), (15, 350), (16, 350), (30, 250)]
-    decisions = run(decider, timeline)
-    assert [(t, d.kind, d.split_factor) for t, d in decisions] == [
-        (0, "hot", 3), (1, "changed", 5), (16, "changed", 4)]
-
-
-def test_split_factor_is_capped_at_the_partition_count() -> None:
-    policy = HotKeyPolicy(partitions=4, share_multiple=1.0, min_rate=0.0, hold_s=1.0)
-    decisions = HotKeyDecider(policy).decide(view({"k": 900, "j": 260}), 0.0)
-    assert [(d.key, d.split_factor) for d in decisions] == [("k", 4), ("j", 2)]
-
-
-def test_at_most_max_hot_keys_are_hot_the_heaviest_first() -> None:
-    policy = HotKeyPolicy(partitions=10, share_multiple=0.1, cool_multiple=0.1, min_rate=0.0, max_hot_keys=2)
-    decider = HotKeyDecider(policy)
-    decisions = decider.decide(view({"a": 20, "b": 40, "c": 30}), 0.0)
-    assert [d.key for d in decisions] == ["b", "c"] and set(decider.hot) == {"b", "c"}
-
-
-timelines = st.lists(st.tuples(st.floats(0, 5), st.floats(0, 1500), st.floats(1, 5000)), min_size=1, max_size=60)
-
-
-@given(timelines, st.integers(2, 16), st.floats(0, 20))
-@settings(max_examples=200, deadline=None)
-def test_decisions_follow_the_hot_cooled_tombstone_life_cycle(steps, partitions: int, hold_s: float) -> None:
-    policy = HotKeyPolicy(partitions=partitions, share_multiple=2.0, cool_multiple=1.0, min_rate=0.0, hold_s=hold_s)
-    decider, now_s, state = HotKeyDecider(policy), 0.0, "unknown"
-    allowed = {"unknown": {"hot"}, "hot": {"changed", "cooled"}, "cooled": {"hot", "tombstone"},
-               "tombstone": {"hot"}}
-    for dt, rate, total in steps:
-        now_s += dt
-        decisions = decider.decide(view({"k": rate}, total_rate=total), now_s)
-        if hold_s > 0:  # (with no hold, "cooled" and "tombstone" may come on consecutive calls)
-            assert decider.decide(view({"k": rate}, total_rate=total), now_s) == []  # nothing new: nothing said
-        for d in decisions:
-            assert d.kind in allowed[state] or (state == "hot" and d.kind == "changed")
-            state = "hot" if d.kind == "changed" else d.kind
-            if d.kind in ("hot", "changed"):
-                assert 2 <= d.split_factor <= partitions
-            else:
-                assert d.split_factor == 1
-            assert 0.0 <= d.share <= 1.0 and d.hot_since_s <= now_s
-        assert set(decider.hot) == ({"k"} if state == "hot" else set())
-
-
-# --- the oracle and the policy ---------------------------------------------------------
-
-
-def test_exact_hot_keys_applies_the_entry_threshold_and_split_factor() -> None:
-    policy = HotKeyPolicy(partitions=10, share_multiple=2.0, min_rate=0.0)
-    counts = {"big": 4000, "warm": 2500, "edge": 2000, "cold": 100}  # 8600 in 10 s
-    assert exact_hot_keys(counts, 10.0, policy) == {"big": 5, "warm": 3, "edge": 3}
-    assert exact_hot_keys(counts, 10.0, HotKeyPolicy(partitions=10, min_rate=500.0)) == {}
-    with pytest.raises(ValueError):
-        exact_hot_keys(counts, 0.0, policy)
-
-
-def test_thresholds_scale_with_the_total_rate_and_respect_the_floor() -> None:
-    policy = HotKeyPolicy(partitions=10, share_multiple=2.0, cool_multiple=1.0, min_rate=50.0)
-    assert policy.thresholds(1000.0) == (200.0, 100.0)
-    assert policy.thresholds(100.0) == (50.0, 25.0)  # the floor, scaled by cool/share on the way out
-
-
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"partitions": 1}, "partitions"), ({"partitions": 4.0}, "partitions"),
-    ({"share_multiple": 0}, "share_multiple"), ({"share_multiple": math.inf}, "share_multiple"),
-    ({"cool_multiple": 3.0}, "cool_multiple"), ({"cool_multiple": 0}, "cool_multiple"),
-    ({"min_rate": -1}, "min_rate"), ({"hold_s": math.nan}, "hold_s"),
-    ({"target_partition_rate": -5}, "target_partition_rate"), ({"max_hot_keys": 0}, "max_hot_keys"),
-])
-def test_policy_is_validated_naming_the_field(kwargs: dict, field: str) -> None:
-    with pytest.raises(ConfigError, match=field):
-        HotKeyPolicy(**{"partitions": 12, **kwargs})

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import orjson
 
+from streams.core.routing.directory import notice_headers
+from streams.core.routing.hashing import kafka_partition
 from streams.core.serde import AvroCodec
 from streams.kafka.monitor import NoticeFold, PartitionStat, Snapshot, partition_stats
 
 CODEC = AvroCodec("hot_key_notice")
+HEADERS = notice_headers()
 
 
 def notice(key: bytes, split_factor: int = 2, rate: float = 100.0, **changes: object) -> bytes:
-    record = {"key": key, "key_display": key.decode(errors="replace"), "split_factor": split_factor, "estimated_rate": rate,
+    """A version 2 notice placing ``key`` on partitions 7, 6, ... (``split_factor`` of them)."""
+    record = {"key": key, "key_display": key.decode(errors="replace"),
+              "placement": [7 - i for i in range(split_factor)], "home": 0, "estimated_rate": rate,
               "share": 0.5, "partitions": 8, "detected_at_ms": 2_000, "hot_since_ms": 1_000, "map_version": 1,
               "detector": "d", **changes}
     return CODEC.encode(record)
@@ -19,16 +24,16 @@ def notice(key: bytes, split_factor: int = 2, rate: float = 100.0, **changes: ob
 
 def test_the_latest_notice_per_key_wins_and_keys_come_highest_rate_first() -> None:
     fold = NoticeFold()
-    fold.apply(b"a", notice(b"a", 2, rate=10.0))
-    fold.apply(b"b", notice(b"b", 3, rate=50.0))
-    fold.apply(b"a", notice(b"a", 5, rate=90.0))
+    fold.apply(b"a", notice(b"a", 2, rate=10.0), HEADERS)
+    fold.apply(b"b", notice(b"b", 3, rate=50.0), HEADERS)
+    fold.apply(b"a", notice(b"a", 5, rate=90.0), HEADERS)
     assert [(n.key, n.split_factor) for n in fold.current()] == [(b"a", 5), (b"b", 3)]
     assert (fold.records, fold.tombstones, fold.malformed) == (3, 0, 0)
 
 
 def test_a_tombstone_removes_its_key_and_is_counted() -> None:
     fold = NoticeFold()
-    fold.apply(b"a", notice(b"a"))
+    fold.apply(b"a", notice(b"a"), HEADERS)
     fold.apply(b"a", None)
     fold.apply(b"never-hot", None)
     assert fold.current() == ()
@@ -37,11 +42,11 @@ def test_a_tombstone_removes_its_key_and_is_counted() -> None:
 
 def test_malformed_records_are_counted_and_leave_the_previous_notice_in_place() -> None:
     fold = NoticeFold()
-    fold.apply(b"a", notice(b"a", 4))
-    fold.apply(b"a", b"\x00garbage")                           # not Avro of the schema
-    fold.apply(b"a", notice(b"a", 9))                          # split factor above its 8 partitions
-    fold.apply(b"a", notice(b"a", 2, hot_since_ms=5_000))      # hot since after detection
-    fold.apply(b"b", notice(b"a", 2))                          # record key differs from the notice's key
+    fold.apply(b"a", notice(b"a", 4), HEADERS)
+    fold.apply(b"a", b"\x00garbage", HEADERS)                  # not Avro of the schema
+    fold.apply(b"a", notice(b"a", 9), HEADERS)                 # 9 partitions of 8
+    fold.apply(b"a", notice(b"a", 2, hot_since_ms=5_000), HEADERS)      # hot since after detection
+    fold.apply(b"b", notice(b"a", 2), HEADERS)                          # record key differs from the notice's key
     fold.apply(None, None)                                     # tombstone without a key
     assert [(n.key, n.split_factor) for n in fold.current()] == [(b"a", 4)]
     assert (fold.records, fold.tombstones, fold.malformed) == (6, 0, 5)
@@ -49,7 +54,7 @@ def test_malformed_records_are_counted_and_leave_the_previous_notice_in_place() 
 
 def test_a_notice_without_a_record_key_is_filed_under_its_own_key() -> None:
     fold = NoticeFold()
-    fold.apply(None, notice(b"x", 3))
+    fold.apply(None, notice(b"x", 3), HEADERS)
     assert [(n.key, n.split_factor) for n in fold.current()] == [(b"x", 3)]
 
 
@@ -69,7 +74,7 @@ def test_the_first_snapshot_has_no_rates_and_lag_is_never_negative() -> None:
 
 def test_a_snapshot_record_is_json_with_key_text_and_hex_and_totals() -> None:
     fold = NoticeFold()
-    fold.apply(b"k\xff", notice(b"k\xff", 2, key_display=""))
+    fold.apply(b"k\xff", notice(b"k\xff", 2, key_display=""), HEADERS)
     snap = Snapshot(taken_at_ms=5, hot_keys_topic="h", hot_keys_found=True, hot_keys=fold.current(),
                     notices_read=fold.records, tombstones=0, malformed=0, events_topic="e", events_found=True,
                     group="g", partitions=partition_stats({0: 10, 1: 30}, {1: 25}, {0: 0, 1: 10}, 1.0),
@@ -77,3 +82,15 @@ def test_a_snapshot_record_is_json_with_key_text_and_hex_and_totals() -> None:
     record = orjson.loads(orjson.dumps(snap.to_record()))
     assert record["hot_keys"]["keys"][0]["key"] == "k\\xff" and record["hot_keys"]["keys"][0]["key_hex"] == "6bff"
     assert (record["events"]["total_rate"], record["events"]["total_lag"]) == (30.0, 5)
+
+
+def test_a_version_1_notice_without_a_schema_header_reads_as_its_consecutive_placement() -> None:
+    v1 = AvroCodec("hot_key_notice_v1").encode({
+        "key": b"t", "key_display": "t", "split_factor": 3, "estimated_rate": 1.0, "share": 0.1, "partitions": 8,
+        "detected_at_ms": 2_000, "hot_since_ms": 1_000, "map_version": 1, "detector": "old"})
+    fold = NoticeFold()
+    fold.apply(b"t", v1)
+    p0 = kafka_partition(b"t", 8)
+    assert [n.placement for n in fold.current()] == [tuple((p0 + i) % 8 for i in range(3))]
+    fold.apply(b"t", v1, [("streams-schema", b"something/else")])
+    assert fold.malformed == 1

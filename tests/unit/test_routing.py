@@ -6,7 +6,6 @@ import hashlib
 import json
 import pickle
 import random
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,25 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.errors import (
-    ConfigError,
-    HotKeyNoticeError,
     InvalidBucketError,
-    InvalidIdError,
     InvalidKeyError,
     RoutingMapError,
 )
-from streams.core.routing.hashing import canonical_key, jump_hash, kafka_partition, murmur2
+from streams.core.routing.hashing import jump_hash, kafka_partition, murmur2
 from streams.core.routing.placement import HASHES, PLACEMENTS, make_placer
 from streams.core.routing.router import UNSPLIT, Router, RoutingDecision, RoutingMap, partition_for
-from streams.core.routing.splits import (
-    MAX_KEY_BYTES,
-    HotKeyNotice,
-    SplitTable,
-    event_id_bytes,
-    salt_for,
-    salted_key,
-    salted_partition,
-)
 from streams.core.time.buckets import TimeBuckets
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -48,16 +35,6 @@ def a_map(**overrides: Any) -> RoutingMap:
     fields: dict[str, Any] = {"version": 1, "partitions": 12, "topic": "events"}
     fields.update(overrides)
     return RoutingMap(**fields)
-
-
-def a_notice(**overrides: Any) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "key": b"tenant-1", "key_display": "tenant-1", "split_factor": 4, "estimated_rate": 5000.0,
-        "share": 0.25, "partitions": 12, "detected_at_ms": T0, "hot_since_ms": T0 - MINUTE,
-        "map_version": 1, "detector": "detector-0",
-    }
-    record.update(overrides)
-    return record
 
 
 keys = st.one_of(st.text(min_size=1, max_size=40), st.binary(min_size=1, max_size=40), st.integers(), st.uuids())
@@ -279,208 +256,7 @@ def test_memoised_routing_equals_unmemoised_routing(events: list[tuple[object, i
 
 def test_partition_for_is_the_routed_partition() -> None:
     router = Router(FIVE_MIN, [a_map(placement="jump", hash="xxh3")])
-    router.splits.set(b"hot", 5, 12)
-    for key, event_id in [("tenant-1", None), ("hot", 1), ("hot", 2), ("hot", uuid.uuid4())]:
+    router.directory.set(b"hot", (3, 7, 9, 0, 11), 12)
+    router.directory.set(b"moved", (5,), 12)
+    for key, event_id in [("tenant-1", None), ("hot", 1), ("hot", 2), ("hot", uuid.uuid4()), ("moved", 3)]:
         assert partition_for(key, T0, router, event_id) == router.route(key, T0, event_id).partition
-
-
-# --- hot-key splitting ---------------------------------------------------------------------
-
-
-@settings(deadline=None)
-@given(st.integers(1, 40), st.data())
-def test_a_split_keys_k_sub_keys_land_on_k_distinct_partitions_for_every_k_up_to_n(n: int, data: st.DataObject) -> None:
-    k = data.draw(st.integers(1, n))
-    key = data.draw(st.binary(min_size=1, max_size=20))
-    routing_map = a_map(partitions=n, placement=data.draw(st.sampled_from(PLACEMENTS)))
-    router = Router(FIVE_MIN, [routing_map])
-    router.splits.set(key, k, n)
-    p0 = routing_map.partition_of(key)
-    seen: dict[int, int] = {}
-    event_id = 0
-    while len(seen) < k and event_id < 200 * k:
-        decision = router.route(key, T0, event_id)
-        seen[0 if decision.salt == UNSPLIT else decision.salt] = decision.partition  # k = 1 is unsplit
-        event_id += 1
-    assert len(seen) == k, "every salt should turn up"
-    assert len(set(seen.values())) == k
-    assert all(seen[i] == (p0 + i) % n for i in seen)
-
-
-def test_a_split_event_carries_the_salted_key_and_its_salt() -> None:
-    router = Router(FIVE_MIN, [a_map()])
-    router.splits.set(b"hot", 4, 12)
-    event_id = uuid.UUID("0190a0b1-7c2d-7abc-8def-0123456789ab")
-    salt = xxhash.xxh3_64_intdigest(event_id.bytes) % 4
-    decision = router.route("hot", T0, event_id)
-    assert decision.salt == salt == salt_for(event_id, 4)
-    assert decision.key == b"hot#%d" % salt == salted_key(b"hot", salt)
-    assert decision.partition == (kafka_partition(b"hot", 12) + salt) % 12
-    assert decision.partition == salted_partition(kafka_partition(b"hot", 12), salt, 12)
-
-
-@given(st.one_of(st.binary(min_size=1, max_size=16), st.integers(0, 2**64 - 1), st.uuids()), st.integers(2, 12))
-def test_the_same_event_id_always_gets_the_same_salt(event_id: object, k: int) -> None:
-    first = Router(FIVE_MIN, [a_map()])
-    again = Router(FIVE_MIN, [a_map()], memo_size=0)
-    for router in (first, again):
-        router.splits.set(b"hot", k, 12)
-    decisions = {first.route("hot", T0, event_id), first.route("hot", T0 + 1, event_id), again.route("hot", T0, event_id)}
-    assert len(decisions) == 1
-    assert decisions.pop().salt == xxhash.xxh3_64_intdigest(event_id_bytes(event_id)) % k
-
-
-def test_an_int_event_id_contributes_8_big_endian_bytes_and_a_uuid_16() -> None:
-    assert event_id_bytes(1) == b"\x00" * 7 + b"\x01"
-    assert event_id_bytes(uuid.UUID(int=1)) == b"\x00" * 15 + b"\x01"
-    for bad in (None, -1, 2**64, True, "id", b"", 1.0):
-        with pytest.raises(InvalidIdError):
-            event_id_bytes(bad)
-
-
-def test_a_split_key_without_an_event_id_raises() -> None:
-    router = Router(FIVE_MIN, [a_map()])
-    router.splits.set(b"hot", 3, 12)
-    with pytest.raises(InvalidIdError, match="event_id"):
-        router.route("hot", T0)
-    assert router.route("cold", T0).salt == UNSPLIT
-
-
-def test_splitting_and_unsplitting_take_effect_on_the_next_event() -> None:
-    router = Router(FIVE_MIN, [a_map()])
-    assert router.route("hot", T0, 1).salt == UNSPLIT
-    router.splits.set(b"hot", 3, 12)
-    assert router.route("hot", T0, 1).salt in range(3)
-    router.splits.set(b"hot", 1, 12)
-    assert router.route("hot", T0, 1) == router.route("hot", T0)
-    assert router.route("hot", T0).salt == UNSPLIT
-
-
-def test_a_split_factor_above_the_partition_count_is_rejected() -> None:
-    table = SplitTable()
-    with pytest.raises(HotKeyNoticeError, match="1..12"):
-        table.set(b"hot", 13, 12)
-    with pytest.raises(HotKeyNoticeError):
-        Router(FIVE_MIN, [a_map()], splits=table).apply_notice(HotKeyNotice.from_record(a_notice(split_factor=13, partitions=20)))
-    assert table.factor(b"hot") == 1
-    assert table.rejected == 2
-
-
-@settings(deadline=None)
-@given(st.lists(st.tuples(keys, times, st.integers(0, 2**64 - 1)), min_size=1, max_size=30), st.integers(1, 6))
-def test_route_never_returns_a_partition_outside_the_map_in_force(events: list[tuple[object, int, int]], small: int) -> None:
-    # Splits sized for 12 partitions, then a map with fewer: the router must cap k at n.
-    table = SplitTable()
-    router = Router(FIVE_MIN, [a_map(version=1, partitions=12, first_bucket_ms=T0 - 3_600_000)], splits=table)
-    router.install(a_map(version=2, partitions=small, placement="jump", hash="xxh3", first_bucket_ms=T0))
-    for key, _, _ in events:
-        table.set(canonical_key(key), 12, 12)
-    for key, ts, event_id in events:
-        decision = router.route(key, ts, event_id)
-        n = router.map_for(ts).partitions
-        assert 0 <= decision.partition < n
-        assert decision.salt < n
-
-
-# --- the split table --------------------------------------------------------------------
-
-
-def test_the_split_table_caps_key_length_and_size_and_counts_rejections() -> None:
-    table = SplitTable(max_entries=2)
-    table.set(b"a", 2, 4)
-    table.set(b"b", 2, 4)
-    table.set(b"a", 3, 4)  # updating an existing key is fine when full
-    with pytest.raises(HotKeyNoticeError, match="full"):
-        table.set(b"c", 2, 4)
-    with pytest.raises(HotKeyNoticeError, match=str(MAX_KEY_BYTES)):
-        table.set(b"x" * (MAX_KEY_BYTES + 1), 2, 4)
-    with pytest.raises(HotKeyNoticeError):
-        table.set(b"", 2, 4)
-    with pytest.raises(HotKeyNoticeError):
-        table.set("a", 2, 4)  # type: ignore[arg-type]
-    for bad_k in (0, -1, True, 2.0):
-        with pytest.raises(HotKeyNoticeError):
-            table.set(b"a", bad_k, 4)  # type: ignore[arg-type]
-    assert table.rejected == 8
-    assert table.snapshot() == {b"a": 3, b"b": 2}
-    table.remove(b"a")
-    table.set(b"b", 1, 4)
-    assert len(table) == 0 and table.factor(b"b") == 1 and table.lookup(b"b") is None
-
-
-def test_bad_memo_and_table_limits_are_config_errors() -> None:
-    with pytest.raises(ConfigError, match="memo_size"):
-        Router(FIVE_MIN, [a_map()], memo_size=-1)
-    with pytest.raises(ConfigError, match="max_entries"):
-        SplitTable(max_entries=0)
-
-
-def test_the_split_table_applies_records_and_counts_malformed_ones() -> None:
-    table = SplitTable()
-    notice = table.apply_record(a_notice(), partitions=12)
-    assert notice.split_factor == 4 and table.factor(b"tenant-1") == 4
-    with pytest.raises(HotKeyNoticeError):
-        table.apply_record(a_notice(split_factor=0), partitions=12)
-    with pytest.raises(HotKeyNoticeError):
-        table.apply_record(a_notice(split_factor=8), partitions=6)  # valid notice, smaller map in force
-    assert table.rejected == 2
-    assert table.factor(b"tenant-1") == 4
-
-
-def test_the_split_table_is_safe_to_update_while_routing() -> None:
-    router = Router(FIVE_MIN, [a_map()])
-    stop = threading.Event()
-
-    def updater() -> None:
-        i = 0
-        while not stop.is_set():
-            router.splits.set(b"k%d" % (i % 50), 1 + i % 12, 12)
-            i += 1
-
-    thread = threading.Thread(target=updater)
-    thread.start()
-    try:
-        for i in range(20_000):
-            assert 0 <= router.route(b"k%d" % (i % 50), T0, i).partition < 12
-    finally:
-        stop.set()
-        thread.join()
-
-
-# --- hot-key notices ----------------------------------------------------------------------
-
-
-def test_a_notice_round_trips_and_matches_its_schema() -> None:
-    notice = HotKeyNotice.from_record(a_notice())
-    assert HotKeyNotice.from_record(notice.to_record()) == notice
-    schema = json.loads((SCHEMAS / "hot_key_notice.avsc").read_text())
-    assert (schema["name"], schema["namespace"]) == ("HotKeyNotice", "streams")
-    assert [f["name"] for f in schema["fields"]] == list(notice.to_record())
-
-
-def test_a_notice_takes_an_int_rate_as_a_float() -> None:
-    assert HotKeyNotice.from_record(a_notice(estimated_rate=10)).estimated_rate == 10.0
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"split_factor": 0}, {"split_factor": -2}, {"split_factor": 2.0}, {"split_factor": True},
-        {"split_factor": 13}, {"key": b""}, {"key": b"x" * 1025}, {"key": "tenant-1"},
-        {"share": 1.5}, {"share": float("nan")}, {"estimated_rate": -1.0}, {"estimated_rate": float("inf")},
-        {"partitions": 0}, {"partitions": True}, {"map_version": 0}, {"detected_at_ms": -1},
-        {"hot_since_ms": T0 + 1}, {"detector": ""}, {"detector": 7}, {"key_display": "x" * 2000},
-        {"extra": 1},
-    ],
-)
-def test_a_malformed_notice_is_rejected(change: dict[str, Any]) -> None:
-    with pytest.raises(HotKeyNoticeError):
-        HotKeyNotice.from_record(a_notice(**change))
-
-
-@pytest.mark.parametrize("field", ["key", "split_factor", "partitions", "detector"])
-def test_a_notice_missing_a_field_is_rejected_naming_it(field: str) -> None:
-    record = a_notice()
-    del record[field]
-    with pytest.raises(HotKeyNoticeError, match=field):
-        HotKeyNotice.from_record(record)

@@ -12,24 +12,24 @@ import orjson
 import pytest
 
 from streams.core.errors import ConfigError, RoutingMapError
-from streams.core.hotkeys.decider import HotKeyPolicy, exact_hot_keys
+from streams.core.hotkeys.decider import BalanceDecider, BalancePolicy
+from streams.core.hotkeys.sketch import MergedView
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
-from streams.core.routing.splits import salt_for, salted_partition
+from streams.core.routing.directory import salt_for
 from streams.core.simulate import Workload, generate_keys, iter_keys, read_keys, simulate
 
 
 def direct_loads(keys: list[str], partitions: int, placement: str, hash_name: str,
-                 factors: dict[str, int] | None = None) -> list[int]:
-    """Loads computed without the Router: placer + the salting rule of streams.core.routing.splits."""
+                 directory: dict[str, tuple[int, ...]] | None = None) -> list[int]:
+    """Loads computed without the Router: placer + the directory rule of streams.core.routing.directory."""
     place = make_placer(hash_name, placement, partitions)
-    split = {canonical_key(k): f for k, f in (factors or {}).items()}
+    placed = {canonical_key(k): parts for k, parts in (directory or {}).items()}
     loads = [0] * partitions
     for event_id, key in enumerate(keys):
         kb = canonical_key(key)
-        p0 = place(kb)
-        k = split.get(kb, 1)
-        loads[salted_partition(p0, salt_for(event_id, k), partitions) if k > 1 else p0] += 1
+        parts = placed.get(kb)
+        loads[place(kb) if parts is None else parts[salt_for(event_id, len(parts))]] += 1
     return loads
 
 
@@ -137,39 +137,69 @@ def test_an_empty_or_non_utf8_keys_file_is_refused(tmp_path: Path, content: byte
 
 
 @pytest.mark.parametrize(("placement", "hash_name"), [("mod", "murmur2"), ("jump", "xxh3"), ("mod", "sha256")])
-def test_loads_before_and_after_splitting_equal_a_direct_computation(placement: str, hash_name: str) -> None:
+def test_loads_before_and_after_equal_a_direct_computation_with_the_same_directory(placement: str,
+                                                                                   hash_name: str) -> None:
     keys = generate_keys(Workload("zipf", keys=400, zipf_exponent=1.3, seed=11), 30_000)
-    report = simulate(keys, partitions=12, placement=placement, hash=hash_name, window_s=10.0, share_multiple=1.2)
-
-    policy = HotKeyPolicy(partitions=12, share_multiple=1.2, min_rate=100.0)
-    factors = exact_hot_keys(Counter(keys), 10.0, policy)
-    assert len(factors) >= 2, "the workload must have hot keys for this test to mean anything"
-    assert {h.key: h.split_factor for h in report.hot_keys} == factors
-    assert list(report.unsplit.counts) == direct_loads(keys, 12, placement, hash_name)
-    assert list(report.split.counts) == direct_loads(keys, 12, placement, hash_name, factors)
-    assert report.unsplit.total == report.split.total == len(keys) == report.events
-    assert report.unsplit.max_over_mean == max(report.unsplit.counts) / (len(keys) / 12)
-    assert report.split.max < report.unsplit.max
+    report = simulate(keys, partitions=12, placement=placement, hash=hash_name, window_s=10.0)
+    directory = {p.key: p.partitions for p in report.placed}
+    assert directory, "the workload must be unbalanced for this test to mean anything"
+    assert list(report.before.counts) == direct_loads(keys, 12, placement, hash_name)
+    assert list(report.after.counts) == direct_loads(keys, 12, placement, hash_name, directory)
+    assert report.before.total == report.after.total == len(keys) == report.events
+    assert report.before.max_over_mean == max(report.before.counts) / (len(keys) / 12)
+    assert report.after.max_over_mean <= report.policy.balance_target < report.before.max_over_mean
+    assert all(p.home == make_placer(hash_name, placement, 12)(canonical_key(p.key)) for p in report.placed)
 
 
-def test_hot_keys_report_their_count_rate_and_share_heaviest_first() -> None:
+def test_the_simulation_runs_the_workers_decider_on_exact_counts() -> None:
+    keys = generate_keys(Workload("zipf", keys=2000, zipf_exponent=1.1, seed=3), 50_000)
+    report = simulate(keys, partitions=8, window_s=10.0)
+    counts = Counter(keys)
+    loads = [c / 10.0 for c in report.before.counts]
+    rates = {key: c / 10.0 for key, c in counts.items()}
+    decider = BalanceDecider(report.policy, home=lambda key: make_placer("murmur2", "mod", 8)(canonical_key(key)))
+    view = MergedView(instances=("x",), window_s=10.0, total=len(keys), total_rate=len(keys) / 10.0, rates=rates,
+                      unreported_rate=0.0, at_s=0.0, partition_rates=dict(enumerate(loads)))
+    first_round = {d.key: d.partitions for d in decider.decide(view, 0.0)}
+    assert first_round and report.rounds >= 1
+    if report.rounds == 1:
+        assert {p.key: p.partitions for p in report.placed} == first_round
+    for p in report.placed:
+        assert (p.count, p.rate, p.share) == (counts[p.key], counts[p.key] / 10.0, counts[p.key] / len(keys))
+
+
+def test_placed_keys_are_reported_heaviest_first_with_home_and_partitions() -> None:
     keys = ["whale"] * 6000 + ["seal"] * 3000 + [f"fish-{i}" for i in range(1000)]
-    report = simulate(keys, partitions=8, window_s=20.0, min_rate=10.0)
-    # 500 events/s in all, fair share 62.5/s, hot above 125/s; k = ceil(rate / 62.5)
-    assert [(h.key, h.count, h.rate, h.share, h.split_factor) for h in report.hot_keys] == [
-        ("whale", 6000, 300.0, 0.6, 5), ("seal", 3000, 150.0, 0.3, 3)]
+    report = simulate(keys, partitions=8, window_s=20.0)
+    whale = report.placed[0]
+    assert whale.key == "whale" and whale.count == 6000 and whale.rate == 300.0 and whale.share == 0.6
+    assert len(whale.partitions) >= 5  # 300/s where a partition's fair share is 62.5/s
+    assert [p.count for p in report.placed] == sorted((p.count for p in report.placed), reverse=True)
+    assert report.after.max_over_mean < report.before.max_over_mean
 
 
-def test_a_split_key_lands_on_exactly_its_split_factor_of_consecutive_partitions() -> None:
+def test_a_split_key_lands_on_exactly_its_chosen_partitions() -> None:
     keys = ["whale"] * 8000 + [f"fish-{i}" for i in range(2000)]
     report = simulate(keys, partitions=6, window_s=10.0)
-    (whale,) = report.hot_keys
-    assert whale.key == "whale" and whale.split_factor == 5  # ceil(800 / (1000 / 6))
-    p0 = make_placer("murmur2", "mod", 6)(b"whale")
+    (whale,) = report.placed
     fish = direct_loads(keys[8000:], 6, "mod", "murmur2")
-    whale_share = [s - f for s, f in zip(report.split.counts, fish)]
-    assert {p for p, n in enumerate(whale_share) if n} == {(p0 + i) % 6 for i in range(5)}
+    whale_share = [s - f for s, f in zip(report.after.counts, fish)]
+    assert {p for p, n in enumerate(whale_share) if n} == set(whale.partitions)
     assert sum(whale_share) == 8000
+
+
+def test_uniform_keys_are_left_to_the_hash() -> None:
+    keys = [str(uuid.UUID(int=i * 7919 + 1)) for i in range(60_000)]
+    report = simulate(keys, partitions=12)
+    assert report.placed == () and report.after == report.before and report.rounds == 0
+
+
+def test_splits_only_and_an_off_decider_are_honoured() -> None:
+    keys = generate_keys(Workload("zipf", keys=2000, zipf_exponent=1.1, seed=3), 50_000)
+    splits_only = simulate(keys, partitions=8, policy=BalancePolicy(partitions=8, allow_moves=False))
+    assert splits_only.placed and all(len(p.partitions) >= 2 for p in splits_only.placed)
+    off = simulate(keys, partitions=8, policy=BalancePolicy(partitions=8, enabled=False))
+    assert off.placed == () and off.after == off.before
 
 
 def test_growth_counts_exactly_the_keys_whose_partition_changes() -> None:
@@ -188,10 +218,9 @@ def test_growth_counts_exactly_the_keys_whose_partition_changes() -> None:
     assert abs(g.mod.fraction - 10 / 11) < 0.01
 
 
-def test_one_partition_has_no_hot_keys_and_splitting_changes_nothing() -> None:
+def test_one_partition_has_nothing_to_balance() -> None:
     report = simulate(["a"] * 1000 + ["b"], partitions=1)
-    assert report.policy is None and report.hot_keys == ()
-    assert report.split == report.unsplit and report.unsplit.counts == (1001,)
+    assert report.placed == () and report.after == report.before and report.before.counts == (1001,)
 
 
 def test_two_spellings_of_one_uuid_are_one_key() -> None:
@@ -199,19 +228,21 @@ def test_two_spellings_of_one_uuid_are_one_key() -> None:
     keys = [str(u)] * 3000 + [str(u).upper().replace("-", "")] * 3000 + [f"k{i}" for i in range(500)]
     report = simulate(keys, partitions=4, window_s=10.0)
     assert report.distinct_keys == 501
-    assert [(h.key, h.count) for h in report.hot_keys] == [(str(u), 6000)]
+    assert (report.placed[0].key, report.placed[0].count) == (str(u), 6000)
 
 
 def test_the_json_record_carries_the_same_numbers_as_the_report() -> None:
     keys = generate_keys(Workload("tenants", keys=200, elephants=2, elephant_share=0.5, seed=1), 10_000)
     report = simulate(keys, partitions=5, placement="jump", source="tenants")
     record = orjson.loads(orjson.dumps(report.to_record()))
-    assert record["unsplit"]["loads"] == list(report.unsplit.counts)
-    assert record["split"]["max"] == report.split.max
-    assert record["hot_keys"] == [{"key": h.key, "count": h.count, "rate": h.rate, "share": h.share,
-                                   "split_factor": h.split_factor} for h in report.hot_keys]
+    assert record["before"]["loads"] == list(report.before.counts)
+    assert record["after"]["max"] == report.after.max
+    assert record["placed"] == [{"key": p.key, "count": p.count, "rate": p.rate, "share": p.share, "home": p.home,
+                                 "partitions": list(p.partitions), "kind": "move" if len(p.partitions) == 1 else "split"}
+                                for p in report.placed]
+    assert record["touched_keys"] == len(report.placed)
     assert record["growth"]["jump"]["moved_keys"] == report.growth.jump.moved_keys
-    assert record["policy"]["enter_rate"] == max(2.0 * 1000 / 5, 100.0)
+    assert record["policy"]["balance_target"] == report.policy.balance_target
 
 
 def test_bad_simulation_inputs_are_refused() -> None:

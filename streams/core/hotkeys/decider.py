@@ -1,211 +1,369 @@
-"""The hot-key decider: which keys are hot, and how many ways to split them.
+"""The load-aware decider: keep partition loads even by placing the few keys that matter.
 
-It reads a :class:`~streams.core.hotkeys.sketch.MergedView` (every worker instance's
-sketch summary folded together) and applies a :class:`HotKeyPolicy` with
-hysteresis, emitting a :class:`Decision` only when something changes.
+The shard function is a hybrid of hash and directory. The hash (the routing map's
+placement) places the long tail; a small, live directory places the keys that carry
+the imbalance. A directory entry maps a key to an explicit tuple of partitions: one
+partition moves the key whole, ``k > 1`` splits it over those ``k`` partitions (the
+salt of an event picks one, see :mod:`streams.core.routing.directory`).
+
+The decider does not ask "is this key hot?" but "is the load even?":
+
+1. **Measure.** Every worker instance publishes, with its sketch summary, the event
+   counts of the partitions it consumes; :func:`~streams.core.hotkeys.sketch.merge_summaries`
+   adds them up, so the decider knows every partition's rate, the heavy keys' rates,
+   and (from its own directory and the routing map) where each heavy key's traffic goes.
+2. **Trigger.** Nothing is planned while ``max/mean`` of the partition rates is at or
+   below ``balance_target`` (default 1.10), or while the measurement still shows the
+   effect of the last change (``settle_s``).
+3. **Plan** (:func:`plan_placements`). Take the heaviest keys (at most ``max_keys``,
+   above ``min_rate``) out of the measured loads, leaving the background the hash put
+   there, and place them back heaviest first against a cap of ``balance_aim × mean``:
+   keep a key where it is if it fits; else at its hash home if that fits; else **move**
+   it whole to the lightest partition if it fits there; else **split** it over the
+   ``k`` lightest partitions, ``k`` the smallest that fits (or the one that minimises
+   the peak). At most ``max_changes`` keys change per round.
+4. **Publish only what helps.** A plan whose predicted peak is not lower than the
+   measured one is dropped. A key changed less than ``hold_s`` ago keeps its placement
+   unless it no longer fits (a key that grows gets more pieces at once); a directory
+   key whose home has had room for ``hold_s`` is **retired** (back to the hash).
+
+``allow_moves=False`` keeps Kafka's placement for every key that is not split (pieces
+of a split key still go to explicitly chosen light partitions); ``enabled=False``
+turns the decider off. :class:`BalanceDecider` is the one policy both callers run:
+the worker on merged sketches, ``streams simulate`` on exact counts.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from streams.core.hotkeys.sketch import MergedView
 from streams.core.validate import require
 
-__all__ = ["HotKeyPolicy", "Decision", "HotKeyDecider", "exact_hot_keys"]
+__all__ = ["BalancePolicy", "BalanceDecider", "Decision", "KeyLoad", "Plan", "plan_placements"]
+
+#: Partitions a key is placed on: ``(p,)`` moves it whole, ``(p1, ..., pk)`` splits it.
+Partitions = tuple[int, ...]
+
+_IMPROVEMENT = 0.995  # a plan must lower the predicted peak by at least 0.5 % to be published
+
 
 @dataclass(frozen=True)
-class HotKeyPolicy:
-    """When a key is hot, and how many ways to split it.
+class BalancePolicy:
+    """The decider's knobs; every one is a worker setting and a ``streams simulate`` flag.
 
-    With ``fair = total_rate / partitions``, a key *enters* hot when its rate is
-    above ``enter = max(share_multiple * fair, min_rate)`` and is *below* when its
-    rate is under ``exit = enter * cool_multiple / share_multiple``. A hot key cools
-    only after staying below for ``hold_s`` seconds. Its split factor is
-    ``ceil(rate / target)`` clamped to ``2..partitions``, where ``target`` is
-    ``target_partition_rate`` or, when that is 0, ``fair * target_fair_fraction``
-    (pieces smaller than a fair share pack better: a split key's pieces sit on
-    consecutive partitions beside other keys). At most ``max_hot_keys``
-    keys are hot at once (the heaviest win). Raises ConfigError naming a bad field.
+    ``partitions`` (>= 1) the partition count of the routing map in force;
+    ``balance_target`` (> 1) the max/mean above which the decider acts;
+    ``balance_aim`` (1 < aim <= target) the max/mean a plan aims at;
+    ``min_rate`` (>= 0 events/s) keys below it are never placed;
+    ``max_keys`` (1..100000) heaviest keys considered per round;
+    ``max_changes`` (1..100000) keys whose placement may change per round;
+    ``hold_s`` (>= 0) how long a changed placement stays before it may shrink or retire;
+    ``settle_s`` (>= 0) how long after a change the measurement is not trusted yet (the sketch window);
+    ``allow_moves`` False: keys are only split, never moved whole; ``enabled`` False: decide nothing.
+    Raises ConfigError naming the field (``balance_aim`` above ``balance_target`` names both).
     """
 
     partitions: int
-    share_multiple: float = 2.0
-    min_rate: float = 100.0
-    cool_multiple: float = 1.0
+    balance_target: float = 1.10
+    balance_aim: float = 1.05
+    min_rate: float = 1.0
+    max_keys: int = 256
+    max_changes: int = 64
     hold_s: float = 10.0
-    target_partition_rate: float = 0.0
-    target_fair_fraction: float = 1.0
-    max_hot_keys: int = 1000
+    settle_s: float = 5.0
+    allow_moves: bool = True
+    enabled: bool = True
 
     def __post_init__(self) -> None:
-        require(self.partitions.__class__ is int and 2 <= self.partitions <= 2**31 - 1, "partitions",
-                 "an int in [2, 2**31-1] (one partition cannot be split across)", self.partitions)
-        for name in ("share_multiple", "min_rate", "cool_multiple", "hold_s", "target_partition_rate",
-                     "target_fair_fraction"):
+        require(self.partitions.__class__ is int and 1 <= self.partitions <= 2**31 - 1, "partitions",
+                "an int in [1, 2**31-1]", self.partitions)
+        for name in ("balance_target", "balance_aim", "min_rate", "hold_s", "settle_s"):
             value = getattr(self, name)
             require(value.__class__ in (int, float) and math.isfinite(value) and value >= 0, name,
-                     "a finite number >= 0", value)
+                    "a finite number >= 0", value)
             object.__setattr__(self, name, float(value))
-        require(self.share_multiple > 0, "share_multiple", "a number > 0", self.share_multiple)
-        require(0 < self.target_fair_fraction <= 1, "target_fair_fraction", "a number in (0, 1]",
-                 self.target_fair_fraction)
-        require(0 < self.cool_multiple <= self.share_multiple, "cool_multiple",
-                 "a number in (0, share_multiple]", self.cool_multiple)
-        require(self.max_hot_keys.__class__ is int and 1 <= self.max_hot_keys <= 100_000, "max_hot_keys",
-                 "an int in [1, 100000]", self.max_hot_keys)
-
-    def thresholds(self, total_rate: float) -> tuple[float, float]:
-        """``(enter, exit)`` rates in events/s for a total rate of ``total_rate``."""
-        enter = max(self.share_multiple * total_rate / self.partitions, self.min_rate)
-        return enter, enter * self.cool_multiple / self.share_multiple
-
-    def split_factor(self, rate: float, total_rate: float) -> int:
-        """``ceil(rate / target)`` clamped to ``2..partitions``; see the class docstring."""
-        target = self.target_partition_rate or total_rate / self.partitions * self.target_fair_fraction
-        if target <= 0:
-            return 2
-        return min(self.partitions, max(2, math.ceil(rate / target)))
+        require(self.balance_target > 1, "balance_target", "a number > 1 (max/mean of partition rates)",
+                self.balance_target)
+        require(1 < self.balance_aim <= self.balance_target, "balance_aim",
+                f"a number in (1, balance_target] (balance_target is {self.balance_target:g})", self.balance_aim)
+        for name in ("max_keys", "max_changes"):
+            value = getattr(self, name)
+            require(value.__class__ is int and 1 <= value <= 100_000, name, "an int in [1, 100000]", value)
+        require(self.allow_moves.__class__ is bool, "allow_moves", "a bool", self.allow_moves)
+        require(self.enabled.__class__ is bool, "enabled", "a bool", self.enabled)
 
 
-Kind = Literal["hot", "changed", "cooled", "tombstone"]
+class KeyLoad(NamedTuple):
+    """A key the planner may place: its rate (events/s) and its hash home partition."""
+
+    key: str
+    rate: float
+    home: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`plan_placements` proposes.
+
+    ``directory`` is the complete new directory (keys absent from it go home);
+    ``changed`` the keys whose placement differs from the old directory, heaviest first;
+    ``loads_before`` the measured partition rates and ``loads_after`` the predicted ones.
+    """
+
+    directory: Mapping[str, Partitions]
+    changed: tuple[str, ...]
+    loads_before: tuple[float, ...]
+    loads_after: tuple[float, ...]
+
+    @property
+    def peak_before(self) -> float:
+        """The busiest partition's measured rate."""
+        return max(self.loads_before, default=0.0)
+
+    @property
+    def peak_after(self) -> float:
+        """The busiest partition's predicted rate once the plan is in force."""
+        return max(self.loads_after, default=0.0)
+
+    @property
+    def improves(self) -> bool:
+        """True when the plan lowers the peak (by at least half a percent)."""
+        return bool(self.changed) and self.peak_after < self.peak_before * _IMPROVEMENT
+
+
+def max_over_mean(loads: Sequence[float]) -> float:
+    """``max / mean`` of ``loads`` (1.0 is perfectly even); 0.0 when there is no load."""
+    total = sum(loads)
+    return max(loads) * len(loads) / total if total > 0 else 0.0
+
+
+def plan_placements(
+    policy: BalancePolicy,
+    loads: Sequence[float],
+    keys: Iterable[KeyLoad],
+    directory: Mapping[str, Partitions],
+    *,
+    retire: Callable[[str], bool] = lambda key: False,
+) -> Plan:
+    """Re-place the fewest of ``keys`` that bring every partition under ``balance_aim × mean``.
+
+    ``loads[p]`` is partition p's measured rate, which includes every key of ``keys``
+    where it currently goes (its ``directory`` entry, else its home). Two steps:
+
+    1. **Evict** from each partition above the cap (busiest first) the keys that
+       explain its excess: the lightest single key whose share there covers the
+       excess, else the heaviest and look again. Keys on partitions under the cap
+       never move, so churn stays with the partitions that need it. Keys for which
+       ``retire(key)`` holds are evicted too (they try to go home).
+    2. **Place** the evicted keys back, heaviest first: home for a retiring key when
+       it fits there; else where it was if that fits; else its hash home if that fits;
+       else **moved** whole to the lightest partition if it fits there (not with
+       ``allow_moves=False``); else **split** over the ``k`` lightest partitions, ``k``
+       the smallest that fits (or the one with the lowest peak).
+
+    At most ``max_changes`` keys are evicted. Directory keys not in ``keys`` keep
+    their entries. Pure; the returned :class:`Plan` predicts the loads after it.
+    """
+    n = policy.partitions
+    measured = tuple(float(x) for x in loads[:n]) + (0.0,) * max(0, n - len(loads))
+    limit = policy.balance_aim * sum(measured) / n * (1 + _EPSILON)
+    load = list(measured)
+    where = {k.key: directory.get(k.key, (k.home,)) for k in keys}
+    by_partition: dict[int, list[KeyLoad]] = {}
+    for k in keys:
+        for p in where[k.key]:
+            by_partition.setdefault(p, []).append(k)
+    evicted: dict[str, KeyLoad] = {}
+
+    def evict(k: KeyLoad) -> None:
+        evicted[k.key] = k
+        for p in where[k.key]:
+            load[p] -= k.rate / len(where[k.key])
+
+    for k in keys:
+        if len(evicted) < policy.max_changes and k.key in directory and retire(k.key):
+            evict(k)
+    for p in sorted(range(n), key=lambda q: -load[q]):
+        while load[p] > limit and len(evicted) < policy.max_changes:
+            here = [k for k in by_partition.get(p, ()) if k.key not in evicted]
+            if not here:
+                break
+            excess = load[p] - limit
+            share = {k.key: k.rate / len(where[k.key]) for k in here}
+            covering = [k for k in here if share[k.key] >= excess]
+            evict(min(covering, key=lambda k: (share[k.key], k.key)) if covering
+                  else max(here, key=lambda k: (share[k.key], k.key)))
+    load = [max(0.0, x) for x in load]
+
+    def fits(parts: Partitions, rate: float) -> bool:
+        return all(load[p] + rate / len(parts) <= limit for p in parts)
+
+    new = dict(directory)
+    changed: list[str] = []
+    for k in sorted(evicted.values(), key=lambda k: (-k.rate, k.key)):
+        home, current = (k.home,), where[k.key]
+        if retire(k.key) and fits(home, k.rate):
+            target = home
+        elif fits(current, k.rate):
+            target = current
+        elif fits(home, k.rate):
+            target = home
+        else:
+            order = sorted(range(n), key=lambda p: (load[p], p))
+            if policy.allow_moves and fits((order[0],), k.rate):
+                target = (order[0],)
+            else:
+                target = _split(order, load, k.rate, limit, 1 if policy.allow_moves else 2)
+        for p in target:
+            load[p] += k.rate / len(target)
+        if target == home:
+            new.pop(k.key, None)
+        else:
+            new[k.key] = target
+        if target != current:
+            changed.append(k.key)
+    return Plan(new, tuple(changed), measured, tuple(load))
+
+
+_EPSILON = 1e-9
+
+
+def _split(order: Sequence[int], load: Sequence[float], rate: float, limit: float, smallest: int) -> Partitions:
+    """The ``k`` lightest partitions (``order`` is lightest first) that take ``rate / k`` each under
+    ``limit``, ``k`` the smallest that does (at least ``smallest``); else the ``k`` with the lowest peak."""
+    if len(order) < 2:
+        return tuple(order)
+    best_k, best_peak = max(2, smallest), math.inf
+    for size in range(max(2, smallest), len(order) + 1):
+        peak = load[order[size - 1]] + rate / size
+        if peak <= limit:
+            best_k = size
+            break
+        if peak < best_peak:
+            best_k, best_peak = size, peak
+    return tuple(sorted(order[:best_k]))
+
+
+Kind = Literal["placed", "retired"]
 
 
 class Decision(NamedTuple):
-    """One change the decider wants published.
+    """One directory change to publish.
 
-    ``hot``: ``key`` became hot, split ``split_factor`` ways. ``changed``: its split
-    factor changed. ``cooled``: it is no longer hot, ``split_factor`` is 1. ``tombstone``:
-    forget it (delete its record from the compacted topic). ``rate`` (events/s,
-    upper bound) and ``share`` (0..1 of all traffic) are as seen now; ``hot_since_s``
-    is when this hot episode began.
+    ``placed``: ``key`` now goes to ``partitions`` (one: moved whole; several: split).
+    ``retired``: ``key`` goes back to its hash home (publish a tombstone); ``partitions``
+    is ``(home,)``. ``rate`` (events/s) and ``share`` (0..1) are as measured now;
+    ``home`` is the key's hash partition; ``since_s`` when the key entered the directory.
     """
 
     key: str
-    split_factor: int
+    partitions: Partitions
     rate: float
     share: float
-    hot_since_s: float
+    home: int
+    since_s: float
     kind: Kind
 
 
 @dataclass
-class _Tracked:
-    k: int
-    hot_since_s: float
-    below_since_s: float | None = None   # first moment under the exit threshold, this streak
-    cooled_at_s: float | None = None     # set once "cooled" was emitted
-    shrink_since_s: float | None = None  # first moment a smaller k would have done, this streak
-    shrink_to: int = 0                   # the largest k needed during that streak
+class _Entry:
+    partitions: Partitions
+    since_s: float
+    changed_s: float
+    roomy_since_s: float | None = None
 
 
-class HotKeyDecider:
-    """Turns merged views into hot/changed/cooled/tombstone decisions, with hysteresis.
+@dataclass
+class BalanceDecider:
+    """Turns merged views into directory changes (see the module docstring).
 
-    * A key above ``enter`` becomes hot (one ``hot`` decision).
-    * Its split factor grows at once when the rate needs more partitions, and shrinks
-      only after a smaller factor has sufficed for ``hold_s`` (to the largest factor
-      needed meanwhile): a rate wobbling around a multiple of the target changes k
-      at most once per ``hold_s``. Each change is one ``changed`` decision.
-    * After ``hold_s`` continuously below ``exit`` it is ``cooled`` (k = 1); after
-      another ``hold_s`` without re-entering, ``tombstone``. Re-entering while cooled
-      is a new ``hot``.
-
-    Only keys declared hot (or cooling) are remembered: at most ``max_hot_keys`` hot
-    ones, plus cooled ones for ``hold_s``. A tracked key missing from the view is
-    taken at the view's ``unreported_rate`` (its upper bound).
+    ``home(key) -> partition`` is the hash placement of the routing map in force.
+    The decider owns the directory it publishes (:attr:`directory`); give it the
+    published one on restart with :meth:`restore`. Not thread-safe.
     """
 
-    def __init__(self, policy: HotKeyPolicy) -> None:
-        """Create a decider that remembers nothing yet."""
-        self.policy = policy
-        self._tracked: dict[str, _Tracked] = {}
+    policy: BalancePolicy
+    home: Callable[[str], int]
+    _entries: dict[str, _Entry] = field(default_factory=dict)
+    _settled_at_s: float = -math.inf
+    last_plan: Plan | None = None
 
     @property
-    def hot(self) -> dict[str, int]:
-        """Keys currently split, with their split factors."""
-        return {key: t.k for key, t in self._tracked.items() if t.cooled_at_s is None}
+    def directory(self) -> dict[str, Partitions]:
+        """Keys placed by the directory, with their partitions."""
+        return {key: e.partitions for key, e in self._entries.items()}
+
+    def restore(self, directory: Mapping[str, Partitions], now_s: float) -> None:
+        """Adopt ``directory`` (as read back from the control topic) as the current one."""
+        self._entries = {key: _Entry(tuple(parts), now_s, now_s) for key, parts in directory.items()}
 
     def decide(self, view: MergedView, now_s: float) -> list[Decision]:
-        """The decisions this view calls for at ``now_s``, heaviest key first.
+        """The directory changes this view calls for at ``now_s``, heaviest key first.
 
-        A view with no instances (none published, or all stale) carries no news:
-        nothing is decided and no state changes. Raises ValueError if ``now_s`` is
-        not finite.
+        Nothing is decided when the policy is disabled, the view misses a partition's
+        rate (an instance has not reported yet: planning on a partial view would pile
+        keys onto the silent partitions), or the last change has not settled. Raises
+        ValueError if ``now_s`` is not finite.
         """
         if not math.isfinite(now_s):
             raise ValueError(f"now_s must be a finite number of seconds, got {now_s!r}")
-        if not view.instances:
+        policy = self.policy
+        n = policy.partitions
+        if not policy.enabled or now_s < self._settled_at_s:
             return []
-        policy, total_rate = self.policy, view.total_rate
-        enter, exit_ = policy.thresholds(total_rate)
-        out: list[Decision] = []
-
-        def emit(key: str, k: int, rate: float, t: _Tracked, kind: Kind) -> None:
-            share = min(1.0, rate / total_rate) if total_rate > 0 else 0.0
-            out.append(Decision(key, k, rate, share, t.hot_since_s, kind))
-
-        hot_now = sum(1 for t in self._tracked.values() if t.cooled_at_s is None)
-        for key, rate in sorted(view.rates.items(), key=lambda kv: -kv[1]):
-            if rate <= enter:
-                break
-            t = self._tracked.get(key)
-            if t is not None and t.cooled_at_s is None:
-                continue  # already hot: handled below
-            if hot_now >= policy.max_hot_keys:
-                break
-            t = self._tracked[key] = _Tracked(k=policy.split_factor(rate, total_rate), hot_since_s=now_s)
-            hot_now += 1
-            emit(key, t.k, rate, t, "hot")
-        fresh = {d.key for d in out}
-
-        for key, t in list(self._tracked.items()):
-            if key in fresh:
-                continue
-            rate = view.rate(key)
-            if t.cooled_at_s is not None:
-                if now_s - t.cooled_at_s >= policy.hold_s:
-                    del self._tracked[key]
-                    emit(key, 1, rate, t, "tombstone")
-                continue
-            if rate < exit_:
-                t.below_since_s = now_s if t.below_since_s is None else t.below_since_s
-                if now_s - t.below_since_s >= policy.hold_s:
-                    t.cooled_at_s = now_s
-                    emit(key, 1, rate, t, "cooled")
-                    continue
+        rates = view.partition_rates
+        if any(p not in rates for p in range(n)) or view.total_rate <= 0:
+            return []
+        loads = [rates[p] for p in range(n)]
+        mean = sum(loads) / n
+        cap = policy.balance_aim * mean
+        keys = self._candidates(view)
+        by_key = {k.key: k for k in keys}
+        for key, entry in self._entries.items():
+            k = by_key[key]
+            if loads[k.home] + k.rate <= cap:  # home has room for it again
+                entry.roomy_since_s = now_s if entry.roomy_since_s is None else entry.roomy_since_s
             else:
-                t.below_since_s = None
-            needed = policy.split_factor(rate, total_rate)
-            if needed > t.k:
-                t.k, t.shrink_since_s = needed, None
-                emit(key, t.k, rate, t, "changed")
-            elif needed < t.k:
-                if t.shrink_since_s is None:
-                    t.shrink_since_s, t.shrink_to = now_s, needed
-                t.shrink_to = max(t.shrink_to, needed)
-                if now_s - t.shrink_since_s >= policy.hold_s:
-                    t.k, t.shrink_since_s = t.shrink_to, None
-                    emit(key, t.k, rate, t, "changed")
-            else:
-                t.shrink_since_s = None
-        out.sort(key=lambda d: -d.rate)
+                entry.roomy_since_s = None
+
+        def retiring(key: str) -> bool:
+            entry = self._entries.get(key)
+            return entry is not None and entry.roomy_since_s is not None and now_s - entry.roomy_since_s >= policy.hold_s
+
+        balanced = max_over_mean(loads) <= policy.balance_target
+        if balanced and not any(retiring(key) for key in self._entries):
+            return []
+        plan = plan_placements(policy, loads, keys if not balanced else [k for k in keys if retiring(k.key)],
+                               self.directory, retire=retiring)
+        if not (plan.improves or (balanced and plan.changed)):
+            return []
+        self.last_plan = plan
+        out = []
+        for key in plan.changed:
+            k = by_key[key]
+            share = min(1.0, k.rate / view.total_rate)
+            target = plan.directory.get(key)
+            if target is None:
+                entry = self._entries.pop(key)
+                out.append(Decision(key, (k.home,), k.rate, share, k.home, entry.since_s, "retired"))
+                continue
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Entry(target, now_s, now_s)
+            entry.partitions, entry.changed_s, entry.roomy_since_s = target, now_s, None
+            out.append(Decision(key, target, k.rate, share, k.home, entry.since_s, "placed"))
+        self._settled_at_s = now_s + policy.settle_s
         return out
 
-
-def exact_hot_keys(counts: Mapping[str, int], window_s: float, policy: HotKeyPolicy) -> dict[str, int]:
-    """The oracle: keys ``policy`` calls hot given exact ``counts`` over ``window_s``, with their k.
-
-    Rates are ``count / window_s``; the total rate is the sum of all counts over
-    ``window_s``. Only the entry threshold applies (there is no history), and at
-    most ``max_hot_keys`` keys, the heaviest. Raises ValueError if ``window_s`` <= 0.
-    """
-    if not window_s > 0:
-        raise ValueError(f"window_s must be > 0, got {window_s!r}")
-    total_rate = sum(counts.values()) / window_s
-    enter, _ = policy.thresholds(total_rate)
-    hot = sorted(((c / window_s, key) for key, c in counts.items() if c / window_s > enter), reverse=True)
-    return {key: policy.split_factor(rate, total_rate) for rate, key in hot[:policy.max_hot_keys]}
+    def _candidates(self, view: MergedView) -> list[KeyLoad]:
+        """The heaviest keys above ``min_rate`` (at most ``max_keys``), plus every directory key."""
+        policy = self.policy
+        heavy = sorted(((rate, key) for key, rate in view.rates.items() if rate >= policy.min_rate), reverse=True)
+        chosen = {key: rate for rate, key in heavy[:policy.max_keys]}
+        for key in self._entries:
+            chosen.setdefault(key, view.rates.get(key, 0.0))
+        return [KeyLoad(key, rate, self.home(key)) for key, rate in chosen.items()]

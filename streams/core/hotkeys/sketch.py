@@ -1,24 +1,21 @@
-"""Hot-key detection: sliding-window heavy hitters per worker, merged by one decider.
+"""Load measurement: sliding-window heavy hitters and partition counts per worker, merged.
 
-Three steps, one class each:
-
-1. Every worker instance feeds each event's *unsalted* key into a
-   :class:`SlidingSketch` and every few hundred ms publishes its
-   :meth:`~SlidingSketch.summary` (a :class:`SketchSummary`) to a control topic.
-   Feed the real key, not ``key#i``: a split key must keep its full rate or it
-   would cool down the moment it is split, and flap.
+1. Every worker instance feeds each event's *unsalted* key, and the source partition
+   it was read from, into a :class:`SlidingSketch`, and every few hundred ms
+   publishes its :meth:`~SlidingSketch.summary` (a :class:`SketchSummary`) to a
+   control topic. Feed the real key, not ``key#i``: a split key must keep its full
+   rate, or it would look light the moment it is split.
 2. One decider keeps the latest summary of every instance and folds them with
-   :func:`merge_summaries` into a :class:`MergedView` of per-key rates. Instances
-   see disjoint partitions, so rates add; a split key's sub-keys are summed there.
-3. :class:`HotKeyDecider` applies a :class:`HotKeyPolicy` with hysteresis and emits
-   a :class:`Decision` only when something changes.
+   :func:`merge_summaries` into a :class:`MergedView`: per-key rates and per-partition
+   rates. Instances see disjoint partitions, so both add up.
+3. :class:`~streams.core.hotkeys.decider.BalanceDecider` turns the view into
+   directory changes.
 
 The sketch is Apache DataSketches' frequent-items sketch (a Misra-Gries variant), one
 per time slice of the window. Its estimates are *upper bounds*: a key's true count is
 never above its estimate, and never below it by more than ``max_error``. Every
-estimate here keeps that direction, so a key whose true rate is over the entry
-threshold is always flagged (no false negatives); the price is that a key within the
-error bound of the threshold may be flagged too.
+estimate here keeps that direction: the decider never misses a key that is heavier
+than it thinks, and may over-weight a key by at most the error bound.
 
 Per-event cost is a dict increment: updates are counted exactly in a small dict and
 flushed into the slice's sketch, with their weights, once it holds ``capacity``
@@ -30,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from types import MappingProxyType
 from typing import Any
@@ -50,6 +47,7 @@ except ImportError:  # pragma: no cover - other Pythons
 
 __all__ = [
     "MAX_SUMMARY_ITEMS",
+    "MAX_SUMMARY_PARTITIONS",
     "MAX_KEY_CHARS",
     "SlidingSketch",
     "SketchSummary",
@@ -61,6 +59,8 @@ __all__ = [
 MAX_SUMMARY_ITEMS = 1000
 #: Longest key (in characters) or instance id a summary may carry.
 MAX_KEY_CHARS = 1024
+#: Most partitions a summary may report counts for (the routing maps' partition limit).
+MAX_SUMMARY_PARTITIONS = 100_000
 #: Longest window a summary may claim, in seconds (one day).
 MAX_WINDOW_S = 86_400.0
 _INT64_MAX = 2**63 - 1
@@ -105,6 +105,10 @@ class SlidingSketch:
         self._edge = -math.inf  # when the current slice ends; add() advances past it
         self._current = self._ring[0]
         self._pending: dict[str, int] = {}
+        # Events per source partition, one dict per slice like the sketches: the decider
+        # balances partition loads, so it needs them measured over the same window.
+        self._partition_ring: list[dict[int, int]] = [{} for _ in range(slices)]
+        self._partition_current = self._partition_ring[0]
         self._rejected = 0
 
     @property
@@ -138,6 +142,17 @@ class SlidingSketch:
         if len(pending) >= self.capacity:
             self._flush()
 
+    def add_partition(self, partition: int, now_s: float, weight: int = 1) -> None:
+        """Count ``weight`` events read from source ``partition`` at time ``now_s``.
+
+        Summaries report these counts so the decider knows every partition's load.
+        Raises ValueError if ``now_s`` is not finite.
+        """
+        if not now_s < self._edge:
+            self._advance(now_s)
+        current = self._partition_current
+        current[partition] = current.get(partition, 0) + weight
+
     def add_many(self, keys: Iterable[str], now_s: float) -> None:
         """Count one event per key in ``keys``, all at time ``now_s``; see :meth:`add`."""
         if not now_s < self._edge:
@@ -150,10 +165,13 @@ class SlidingSketch:
             if len(pending) >= chunk_size:
                 self._flush()
 
-    def summary(self, now_s: float, top: int = 64, instance: str = "") -> SketchSummary:
-        """The window ending at ``now_s``: its total and its ``top`` heaviest keys.
+    def summary(self, now_s: float, top: int = 64, instance: str = "",
+                partitions: Iterable[int] = ()) -> SketchSummary:
+        """The window ending at ``now_s``: its total, its ``top`` heaviest keys, its partitions' counts.
 
-        Counts are upper bounds (see :class:`SketchSummary`). Raises ValueError if
+        Key counts are upper bounds (see :class:`SketchSummary`); partition counts are
+        exact, one per partition counted in the window or named in ``partitions``
+        (the ones this instance owns: a quiet partition reports 0, not nothing). Raises ValueError if
         ``now_s`` is not finite, ConfigError if ``top`` is not in 1..MAX_SUMMARY_ITEMS,
         HotKeyNoticeError if ``instance`` is not a str of at most MAX_KEY_CHARS.
         """
@@ -165,9 +183,13 @@ class SlidingSketch:
         assert self._epoch is not None
         oldest = self._epoch - self.slices + 1
         merged = frequent_strings_sketch(self._lg)
-        for sketch, epoch in zip(self._ring, self._epochs):
-            if epoch is not None and epoch >= oldest and not sketch.is_empty():
-                merged.merge(sketch)
+        partition_counts = dict.fromkeys(partitions, 0)
+        for sketch, counts, epoch in zip(self._ring, self._partition_ring, self._epochs):
+            if epoch is not None and epoch >= oldest:
+                if not sketch.is_empty():
+                    merged.merge(sketch)
+                for partition, count in counts.items():
+                    partition_counts[partition] = partition_counts.get(partition, 0) + count
         total = merged.total_weight
         max_error = merged.get_upper_bound("") - merged.get_lower_bound("")  # the sketch's offset
         rows = merged.get_frequent_items(_NO_FALSE_NEGATIVES, 0)  # (key, estimate, lower, upper), heaviest first
@@ -178,6 +200,7 @@ class SlidingSketch:
             instance=instance, window_s=self.window_s, span_s=span_s, total=total,
             items=tuple((row[0], min(row[3], total)) for row in rows[:top]),
             max_error=min(max_error, total), unreported_bound=min(unreported, total), at_s=float(now_s),
+            partition_counts=tuple(sorted(partition_counts.items())),
         )
 
     def _advance(self, now_s: float) -> None:
@@ -195,9 +218,11 @@ class SlidingSketch:
         for e in fresh:
             slot = e % self.slices
             self._ring[slot] = frequent_strings_sketch(self._lg)
+            self._partition_ring[slot] = {}
             self._epochs[slot] = e
         self._epoch = epoch
         self._current = self._ring[epoch % self.slices]
+        self._partition_current = self._partition_ring[epoch % self.slices]
         self._edge = (epoch + 1) * self._slice_s
 
     def _flush(self) -> None:
@@ -224,7 +249,9 @@ class SketchSummary:
     ``items`` are (key, count) pairs, heaviest first, where each count is an *upper
     bound* on the key's true count (never more than ``max_error`` above it); a key
     not listed had at most ``unreported_bound`` events (>= ``max_error``). ``at_s``
-    is when the summary was taken.
+    is when the summary was taken. ``partition_counts`` are (partition, events) pairs,
+    exact, for the source partitions this instance consumed in the window (empty from
+    an older instance that did not report them).
 
     Construction validates every field like untrusted input and raises
     HotKeyNoticeError naming it: counts are ints in 0..total (bool is not an int),
@@ -240,6 +267,7 @@ class SketchSummary:
     max_error: int
     unreported_bound: int
     at_s: float
+    partition_counts: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         _text(self.instance, "instance", 0)
@@ -261,7 +289,20 @@ class SketchSummary:
             pairs.append((_text(item[0], "items.key", 1), _count(item[1], "items.count", total)))
         if len({key for key, _ in pairs}) != len(pairs):
             raise HotKeyNoticeError("sketch summary field 'items' repeats a key")
+        counts = self.partition_counts
+        if counts.__class__ not in (tuple, list) or len(counts) > MAX_SUMMARY_PARTITIONS:
+            raise HotKeyNoticeError(f"sketch summary field 'partition_counts' must be a sequence of at most "
+                                    f"{MAX_SUMMARY_PARTITIONS} (partition, count) pairs")
+        partition_pairs = []
+        for item in counts:
+            if item.__class__ not in (tuple, list) or len(item) != 2:
+                raise HotKeyNoticeError("sketch summary field 'partition_counts' must hold (partition, count) pairs")
+            partition_pairs.append((_count(item[0], "partition_counts.partition", MAX_SUMMARY_PARTITIONS - 1),
+                                    _count(item[1], "partition_counts.count", _INT64_MAX)))
+        if len({partition for partition, _ in partition_pairs}) != len(partition_pairs):
+            raise HotKeyNoticeError("sketch summary field 'partition_counts' repeats a partition")
         for name, value in (("window_s", window_s), ("span_s", span_s), ("items", tuple(pairs)),
+                            ("partition_counts", tuple(partition_pairs)),
                             ("at_s", _number(self.at_s, "at_s", math.inf))):
             object.__setattr__(self, name, value)
 
@@ -271,6 +312,7 @@ class SketchSummary:
             "instance": self.instance, "window_s": self.window_s, "span_s": self.span_s, "total": self.total,
             "items": [{"key": key, "count": count} for key, count in self.items],
             "max_error": self.max_error, "unreported_bound": self.unreported_bound, "at_s": self.at_s,
+            "partition_counts": [{"partition": p, "count": c} for p, c in self.partition_counts],
         }
 
     @classmethod
@@ -278,12 +320,13 @@ class SketchSummary:
         """Build a summary from a decoded record; the inverse of :meth:`to_record`.
 
         Raises HotKeyNoticeError if ``record`` is not a mapping with exactly the
-        fields of :meth:`to_record`, or any value has the wrong type or range.
+        fields of :meth:`to_record` (``partition_counts`` may be missing: an older
+        instance), or any value has the wrong type or range.
         """
         if not isinstance(record, Mapping):
             raise HotKeyNoticeError(f"sketch summary must be a mapping, got {type(record).__name__}")
-        if record.keys() != _SUMMARY_FIELDS:
-            missing, extra = _SUMMARY_FIELDS - record.keys(), record.keys() - _SUMMARY_FIELDS
+        if not _REQUIRED_SUMMARY_FIELDS <= record.keys() <= _SUMMARY_FIELDS:
+            missing, extra = _REQUIRED_SUMMARY_FIELDS - record.keys(), record.keys() - _SUMMARY_FIELDS
             raise HotKeyNoticeError(f"sketch summary fields wrong: missing {sorted(missing)}, "
                                     f"unknown {sorted(map(str, extra))}")
         items = record["items"]
@@ -294,12 +337,23 @@ class SketchSummary:
             if not isinstance(item, Mapping) or item.keys() != {"key", "count"}:
                 raise HotKeyNoticeError("sketch summary field 'items' must hold {'key', 'count'} records")
             pairs.append((item["key"], item["count"]))
-        fields = {name: record[name] for name in _SUMMARY_FIELDS}
+        counts = record.get("partition_counts", ())
+        if counts.__class__ not in (list, tuple) or len(counts) > MAX_SUMMARY_PARTITIONS:
+            raise HotKeyNoticeError(f"sketch summary field 'partition_counts' must be a list of at most "
+                                    f"{MAX_SUMMARY_PARTITIONS}")
+        partition_pairs = []
+        for item in counts:
+            if not isinstance(item, Mapping) or item.keys() != {"partition", "count"}:
+                raise HotKeyNoticeError("sketch summary field 'partition_counts' must hold {'partition', 'count'} records")
+            partition_pairs.append((item["partition"], item["count"]))
+        fields = {name: record[name] for name in _REQUIRED_SUMMARY_FIELDS}
         fields["items"] = tuple(pairs)
+        fields["partition_counts"] = tuple(partition_pairs)
         return cls(**fields)
 
 
 _SUMMARY_FIELDS = frozenset(SketchSummary.__dataclass_fields__)
+_REQUIRED_SUMMARY_FIELDS = _SUMMARY_FIELDS - {"partition_counts"}
 
 
 
@@ -338,7 +392,9 @@ class MergedView:
     rate: its reported count where an instance listed it, that instance's
     ``unreported_bound`` where it did not. A key not in ``rates`` has a rate of at
     most ``unreported_rate``. ``window_s`` is the largest window among the merged
-    summaries (they may differ; rates make them comparable).
+    summaries (they may differ; rates make them comparable). ``partition_rates`` adds
+    up the instances' partition counts (instances consume disjoint partitions), one
+    rate per partition some instance reported.
     """
 
     instances: tuple[str, ...]
@@ -348,6 +404,7 @@ class MergedView:
     rates: Mapping[str, float]
     unreported_rate: float
     at_s: float
+    partition_rates: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def rate(self, key: str) -> float:
         """The upper-bound rate of ``key``: ``rates[key]``, else ``unreported_rate``."""
@@ -378,6 +435,10 @@ def merge_summaries(summaries: Iterable[SketchSummary], *, now_s: float | None =
         floor = s.unreported_bound
         for key, count in s.items:
             rates[key] = rates.get(key, unreported_rate) + (count - floor) / s.span_s
+    partition_rates: dict[int, float] = {}
+    for s in latest.values():
+        for partition, count in s.partition_counts:
+            partition_rates[partition] = partition_rates.get(partition, 0.0) + count / s.span_s
     ordered = sorted(latest)
     return MergedView(
         instances=tuple(ordered),
@@ -387,4 +448,5 @@ def merge_summaries(summaries: Iterable[SketchSummary], *, now_s: float | None =
         rates=MappingProxyType({k: max(r, 0.0) for k, r in rates.items()}),
         unreported_rate=unreported_rate,
         at_s=max((s.at_s for s in latest.values()), default=0.0),
+        partition_rates=MappingProxyType(partition_rates),
     )

@@ -11,7 +11,7 @@ partitions inside one bucket, and replays of old buckets use the map that was in
 force then. Install a map before its first bucket begins: the router routes by
 event time and does not read the clock.
 
-Split keys follow the rule of :mod:`streams.core.routing.splits`.
+Keys the directory places (moved or split) follow :mod:`streams.core.routing.directory`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import xxhash
 from streams.core.errors import ConfigError, InvalidIdError, RoutingMapError
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import HASHES, MAX_PARTITIONS, PLACEMENTS, make_placer
-from streams.core.routing.splits import HotKeyNotice, SplitTable, event_id_bytes, salted_key, salted_partition
+from streams.core.routing.directory import HotKeyNotice, KeyDirectory, event_id_bytes, salted_key
 from streams.core.time.buckets import MAX_TIMESTAMP_MS, TimeBuckets, check_timestamp
 from streams.core.validate import require_fields
 
@@ -185,15 +185,15 @@ class Router:
     """Routes events to (topic, partition, record key) under a history of routing maps.
 
     ``maps`` may come in any order; they are installed by version, which must rise
-    strictly together with ``first_bucket_ms``. ``splits`` is the live split table
-    (a fresh empty one if omitted). ``memo_size`` bounds the memo of recently routed
+    strictly together with ``first_bucket_ms``. ``directory`` is the live key
+    directory (a fresh empty one if omitted). ``memo_size`` bounds the memo of recently routed
     keys (str, bytes, int, UUID): each key's unsplit decision in its latest bucket,
     so a repeated key costs one dict lookup instead of canonicalising and hashing
     again (the compiled murmur2 call alone costs several lookups); 0 disables it.
     A full memo is cleared, not evicted; each entry costs roughly 300 bytes, so the
     default holds about 20 MB at most. Repeated calls may return the same
     (immutable) decision object.
-    Thread-safe: ``install`` and split updates may run beside ``route`` in other
+    Thread-safe: ``install`` and directory updates may run beside ``route`` in other
     threads. Raises RoutingMapError if ``maps`` is empty or a map cannot be
     installed (see :meth:`install`), ConfigError for a bad ``memo_size``.
     """
@@ -202,7 +202,7 @@ class Router:
         self,
         buckets: TimeBuckets,
         maps: Iterable[RoutingMap],
-        splits: SplitTable | None = None,
+        directory: KeyDirectory | None = None,
         memo_size: int = 65_536,
     ) -> None:
         if not isinstance(buckets, TimeBuckets):
@@ -210,14 +210,14 @@ class Router:
         if memo_size.__class__ is not int or memo_size < 0:
             raise ConfigError(f"memo_size must be an int >= 0, got {memo_size!r}")
         self.buckets = buckets
-        self.splits = SplitTable() if splits is None else splits
+        self.directory = KeyDirectory() if directory is None else directory
         self._memo_size = memo_size
         # key -> its unsplit decision in the bucket it was last routed in
         self._memo: dict[object, RoutingDecision] = {}
-        # split key bytes -> (its unsplit decision, {salt: decision of that sub-key})
-        self._salted_memo: dict[bytes, tuple[RoutingDecision, dict[int, RoutingDecision]]] = {}
+        # placed key bytes -> (its home decision, its placement, {salt: decision of that salt})
+        self._placed_memo: dict[bytes, tuple[RoutingDecision, tuple[int, ...], dict[int, RoutingDecision]]] = {}
         self._width_ms = buckets.width_ms
-        self._split_lookup = self.splits.lookup
+        self._placement_lookup = self.directory.lookup
         self._lock = threading.Lock()
         self._history: tuple[tuple[int, ...], tuple[_Compiled, ...]] = ((), ())
         self._newest: _Compiled | None = None
@@ -270,7 +270,7 @@ class Router:
             # maps it reads next (see _resolve), so no entry made under an older
             # history survives into this one.
             self._memo = {}
-            self._salted_memo = {}
+            self._placed_memo = {}
 
     def map_for(self, ts_ms: int) -> RoutingMap:
         """The map in force for the bucket holding ``ts_ms``.
@@ -307,10 +307,10 @@ class Router:
         decision = self._memo.get(key) if key.__class__ in _MEMOISED else None
         if decision is None or not 0 <= ts_ms - decision[4] < self._width_ms:
             decision = self._resolve(key, ts_ms, decision)
-        k = self._split_lookup(decision[2])
-        if k is None:
+        placement = self._placement_lookup(decision[2])
+        if placement is None:
             return decision
-        return self._salted(decision, k, event_id)
+        return self._placed(decision, placement, event_id)
 
     def _resolve(self, key: object, ts_ms: int, stale: RoutingDecision | None) -> RoutingDecision:
         """Build (and memoise) the unsplit decision of ``key`` in the bucket holding ``ts_ms``.
@@ -347,55 +347,61 @@ class Router:
             memo[key] = decision
         return decision
 
-    def _salted(self, decision: RoutingDecision, k: int, event_id: object) -> RoutingDecision:
-        """The decision for one event of a key split ``k`` ways; ``decision`` is its unsplit one.
+    def _placed(self, decision: RoutingDecision, placement: tuple[int, ...], event_id: object) -> RoutingDecision:
+        """The decision for one event of a key the directory places; ``decision`` is its home one.
 
-        The rule of streams.core.routing.splits: salt i = xxh3_64(event ID bytes) % k, record key
-        ``key#i``, partition ``(p0 + i) % n``; so k <= n sub-keys sit on k distinct
-        partitions. A map in force with fewer partitions than k caps k at n. The
-        decision for salt i does not depend on k, so it is memoised per salt, beside
-        the unsplit decision it derives from (a new bucket or map means a new one).
+        The rule of :mod:`streams.core.routing.directory`: a move ``(p,)`` sends every
+        event to ``p`` under the plain record key (salt 0); a split over k partitions
+        sends salt ``i = xxh3_64(event ID bytes) % k`` to ``placement[i]`` under
+        ``key#i``. A placement naming a partition the map in force for this bucket
+        does not have (an older, smaller map) routes home. Decisions are memoised per
+        salt beside the home decision and the placement they derive from.
         """
         compiled = self._newest
         if decision[4] < compiled.first_ms:  # type: ignore[union-attr]
             compiled = self._compiled_for(decision[4])
-        n = compiled.n  # type: ignore[union-attr]
-        if k >= n:
-            k = n
-            if k == 1:
-                return decision
-        if event_id.__class__ is not bytes or not event_id:
-            if event_id is None:
-                raise InvalidIdError(
-                    f"key {decision[2][:64]!r} is split {k} ways: route() needs its event_id to pick a salt"
-                )
-            event_id = event_id_bytes(event_id)
-        salt = _xxh3(event_id) % k  # type: ignore[arg-type]
+        if max(placement) >= compiled.n:  # type: ignore[union-attr]
+            return decision
+        k = len(placement)
+        if k == 1:
+            salt = 0
+        else:
+            if event_id.__class__ is not bytes or not event_id:
+                if event_id is None:
+                    raise InvalidIdError(
+                        f"key {decision[2][:64]!r} is split {k} ways: route() needs its event_id to pick a salt"
+                    )
+                event_id = event_id_bytes(event_id)
+            salt = _xxh3(event_id) % k  # type: ignore[arg-type]
         kb = decision[2]
-        memo = self._salted_memo
-        subs = memo.get(kb)
-        if subs is None or subs[0] is not decision:
-            subs = (decision, {})
+        memo = self._placed_memo
+        entry = memo.get(kb)
+        if entry is None or entry[0] is not decision or entry[1] is not placement:
+            entry = (decision, placement, {})
             if len(memo) >= _SALTED_MEMO_LIMIT:
                 memo.clear()
-            memo[kb] = subs
-        sub = subs[1].get(salt)
+            memo[kb] = entry
+        sub = entry[2].get(salt)
         if sub is None:
-            topic, p0, _, index, start, label, version, _ = decision
+            topic, _, _, index, start, label, version, _ = decision
             sub = _decision(
                 RoutingDecision,
-                (topic, salted_partition(p0, salt, n), salted_key(kb, salt), index, start, label, version, salt),
+                (topic, placement[salt], kb if k == 1 else salted_key(kb, salt), index, start, label, version, salt),
             )
-            subs[1][salt] = sub
+            entry[2][salt] = sub
         return sub
 
     def apply_notice(self, notice: HotKeyNotice) -> None:
-        """Apply a hot-key notice to the split table against the newest map's partitions.
+        """Apply a placement notice to the directory against the newest map's partition count.
 
-        Raises HotKeyNoticeError (counted by the table) if its split factor exceeds
-        that partition count or the table rejects it.
+        Raises HotKeyNoticeError (counted by the directory) if a partition is out of
+        that range or the directory rejects it.
         """
-        self.splits.apply(notice, self.current.partitions)
+        self.directory.apply(notice, self.current.partitions)
+
+    def home_of(self, key: object) -> int:
+        """The hash (home) partition of ``key`` under the newest map; raises InvalidKeyError for a bad key."""
+        return self._newest.place(canonical_key(key))  # type: ignore[union-attr]
 
 
 def partition_for(key: object, ts_ms: int, router: Router, event_id: object = None) -> int:
