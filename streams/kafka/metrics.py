@@ -16,16 +16,19 @@ __all__ = ["WorkerMetrics", "ProducerMetrics"]
 
 
 class WorkerMetrics:
-    """Events in, records out per topic role, hot keys, watermark and close lag."""
+    """Events in, records out per topic role, the key directory and balance, watermark and close lag."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.events = Counter("streams_worker_events", "records consumed from the events topic", registry=r)
         self.outputs = Counter("streams_worker_outputs", "records produced, by topic role", ["role"], registry=r)
-        self.hot_keys = Gauge("streams_hot_keys", "keys currently split", registry=r)
-        self.split_factor = Gauge("streams_split_factor", "split factor of a hot key", ["key"], registry=r)
-        self.decisions = Counter("streams_hot_key_decisions", "hot-key decisions, by kind", ["kind"], registry=r)
+        self.hot_keys = Gauge("streams_directory_keys", "keys the directory places (moved or split)", registry=r)
+        self.split_factor = Gauge("streams_key_partitions", "partitions a placed key is spread over (1: moved)",
+                                  ["key"], registry=r)
+        self.decisions = Counter("streams_directory_decisions", "directory changes published, by kind", ["kind"],
+                                 registry=r)
+        self.balance = Gauge("streams_partition_balance", "max/mean of the measured partition rates", registry=r)
         self.late = Gauge("streams_late_events", "events routed to the late-events topic", registry=r)
         self.dead = Gauge("streams_dead_letters", "events dead-lettered", registry=r)
         self.watermark_lag = Gauge("streams_watermark_lag_seconds", "wall clock minus the low watermark", registry=r)
@@ -54,11 +57,15 @@ class WorkerMetrics:
         """Count one rejected sketch summary."""
         self.rejected.inc()
 
+    def observe_balance(self, max_over_mean: float) -> None:
+        """Record the measured partition balance (max/mean of partition rates)."""
+        self.balance.set(max_over_mean)
+
     def decision(self, decision: Any) -> None:
-        """Track a hot-key decision (split factors, hot-key count)."""
+        """Track a directory change (partitions per placed key, placed-key count)."""
         self.decisions.labels(decision.kind).inc()
-        if decision.kind in ("hot", "changed"):
-            self.split_factor.labels(decision.key[:100]).set(decision.split_factor)
+        if decision.kind == "placed":
+            self.split_factor.labels(decision.key[:100]).set(len(decision.partitions))
             self._split_keys.add(decision.key[:100])
         elif decision.key[:100] in self._split_keys:
             self.split_factor.remove(decision.key[:100])
@@ -89,7 +96,8 @@ class ProducerMetrics:
         self.sent = Gauge("streams_producer_sent", "records handed to librdkafka", registry=r)
         self.delivered = Gauge("streams_producer_delivered", "records acknowledged by the broker", registry=r)
         self.failed = Gauge("streams_producer_failed", "records whose delivery failed", registry=r)
-        self.split_keys = Gauge("streams_producer_split_keys", "keys the producer salts now", registry=r)
+        self.split_keys = Gauge("streams_producer_directory_keys", "keys the producer's directory places now",
+                                registry=r)
 
     def serve(self, port: int) -> None:
         """Expose ``/metrics`` on ``port`` from a daemon thread."""
@@ -101,4 +109,4 @@ class ProducerMetrics:
         self.sent.set(stats.sent)
         self.delivered.set(stats.delivered)
         self.failed.set(stats.failed)
-        self.split_keys.set(len(producer.router.splits))
+        self.split_keys.set(len(producer.router.directory))

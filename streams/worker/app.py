@@ -8,8 +8,12 @@ named by ``STREAMS_CONFIG``). Agents and timers, one job each:
 * ``tick`` (timer, every ``tick_s``): closes due buckets (partials + bucket-closed),
   publishes this instance's hot-key sketch summary.
 * ``decide_hot_keys`` (sketches topic, one partition, so one decider): merges every
-  instance's latest summary and writes hot-key notices (Avro) or tombstones to the
-  compacted hot-keys topic, keyed by the key's canonical bytes.
+  instance's latest summary (heavy keys and partition rates) and runs the load-aware
+  :class:`~streams.core.hotkeys.decider.BalanceDecider`; each directory change goes to
+  the compacted hot-keys topic as a version 2 placement notice (Avro, header
+  ``streams-schema: hot_key_notice/2``) or, for a key sent home, a tombstone, keyed by
+  the key's canonical bytes. The instance that takes the sketches partition first
+  reads that topic back, so it continues the directory the producers apply.
 * ``merge_partials`` (partials topic, keyed by the real key): stage 2, the exact
   merged aggregate per (bucket, key) into the compacted aggregates topic.
 
@@ -26,6 +30,7 @@ partition.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -39,13 +44,16 @@ from confluent_kafka import Producer
 
 from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load
 from streams.core.errors import ConfigError, HotKeyNoticeError, SerializationError
-from streams.core.hotkeys.decider import HotKeyDecider, HotKeyPolicy
+from streams.core.hotkeys.decider import BalanceDecider, Decision, max_over_mean
 from streams.core.hotkeys.sketch import SketchSummary, merge_summaries
+from streams.core.routing.directory import HotKeyNotice, encode_notice, notice_headers
 from streams.core.routing.hashing import canonical_key
+from streams.core.routing.placement import make_placer
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.kafka.admin import ensure_topics, project_topic_specs
 from streams.kafka.metrics import WorkerMetrics
+from streams.kafka.monitor import Monitor
 from streams.worker.merge import PartialMerger
 from streams.worker.processor import EventProcessor, InMessage, Output, Stage1Store
 
@@ -115,7 +123,7 @@ sketches_topic = app.topic(topic_names.sketches, **_raw)
 _codecs = {
     "late_events": AvroCodec("late_event"), "dead_letters": AvroCodec("dead_letter"),
     "partials": AvroCodec("aggregate"), "aggregates": AvroCodec("aggregate"),
-    "bucket_closed": AvroCodec("bucket_closed"), "hot_keys": AvroCodec("hot_key_notice"),
+    "bucket_closed": AvroCodec("bucket_closed"),
 }
 
 _json = faust.Schema(key_serializer="json", value_serializer="json")
@@ -145,14 +153,15 @@ def _on_write(err: Any, _msg: Any) -> None:
         _write_errors.append(str(err))
 
 
-def _write(topic: str, key: bytes, value: bytes | None, partition: int | None = None) -> None:
+def _write(topic: str, key: bytes, value: bytes | None, partition: int | None = None,
+           headers: list[tuple[str, bytes]] | None = None) -> None:
     writer = _writer()
     while True:
         try:
             if partition is None:
-                writer.produce(topic, value, key, on_delivery=_on_write)
+                writer.produce(topic, value, key, on_delivery=_on_write, headers=headers)
             else:
-                writer.produce(topic, value, key, partition=partition, on_delivery=_on_write)
+                writer.produce(topic, value, key, partition=partition, on_delivery=_on_write, headers=headers)
             break
         except BufferError:
             writer.poll(0.05)  # local queue full: serve delivery reports to drain it
@@ -173,11 +182,9 @@ processor = EventProcessor(worker_settings, Stage1Store(stage1_table.data, _chan
 merger = PartialMerger(stage2_table.data, _changelog(stage2_table),
                        TimeBuckets(worker_settings.bucket_width, grace=worker_settings.grace),
                        parse_duration(worker_settings.retention, "retention"))
-decider = HotKeyDecider(HotKeyPolicy(
-    partitions=worker_settings.partitions, share_multiple=worker_settings.hot_share_multiple,
-    min_rate=worker_settings.hot_min_rate, cool_multiple=worker_settings.cool_share_multiple,
-    hold_s=worker_settings.hot_hold_s, target_partition_rate=worker_settings.target_partition_rate,
-    target_fair_fraction=worker_settings.hot_split_fraction))
+_home = make_placer(worker_settings.hash, worker_settings.placement, worker_settings.partitions)
+decider = BalanceDecider(worker_settings.balance_policy(), home=lambda key: _home(canonical_key(key)))
+_directory_known = False  # has this instance read back the published directory since it took the sketches partition?
 _summaries: dict[str, SketchSummary] = {}
 
 
@@ -193,7 +200,10 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
 
 @app.on_partitions_assigned.connect
 async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # noqa: ARG001
+    global _directory_known
     processor.assign((tp.topic, tp.partition) for tp in assigned if tp.topic == topic_names.events)
+    if any(tp.topic == topic_names.sketches for tp in assigned):
+        _directory_known = False  # another instance may have decided meanwhile: read the topic again
 
 
 def _send(output: Output) -> None:
@@ -267,9 +277,34 @@ async def tick() -> None:
     merger.expire(int(time.time() * 1000))
 
 
+def _published_directory() -> dict[str, tuple[int, ...]]:
+    """The directory on the compacted hot-keys topic (what producers apply), by key text."""
+    with Monitor(kafka_settings.client_config(), events_topic=topic_names.events,
+                 hot_keys_topic=topic_names.hot_keys, group=worker_settings.app_id, timeout_s=20) as monitor:
+        notices = monitor.snapshot().hot_keys
+    return {n.key_display: n.placement for n in notices if n.key_display and canonical_key(n.key_display) == n.key}
+
+
+def _publish(decision: Decision, now_s: float) -> None:
+    """Write one directory change to the hot-keys topic: a placement notice, or a tombstone for a key sent home."""
+    key = canonical_key(decision.key)
+    if decision.kind == "retired":
+        _write(topic_names.hot_keys, key, None)
+        return
+    now_ms = int(now_s * 1000)
+    notice = HotKeyNotice(
+        key=key, key_display=decision.key, placement=decision.partitions, home=decision.home,
+        estimated_rate=decision.rate, share=decision.share, partitions=worker_settings.partitions,
+        detected_at_ms=now_ms, hot_since_ms=min(now_ms, int(decision.since_s * 1000)), map_version=1,
+        detector=instance_id[:1024])
+    _write(topic_names.hot_keys, key, encode_notice(notice), headers=notice_headers())
+
+
 @app.agent(sketches_topic)
 async def decide_hot_keys(stream: Any) -> None:
-    """The decider: merge every instance's latest summary, emit notices on change."""
+    """The decider: merge every instance's latest summary, publish directory changes."""
+    global _directory_known
+    loop = asyncio.get_running_loop()
     async for value in stream:
         try:
             summary = SketchSummary.from_record(orjson.loads(value))
@@ -277,31 +312,31 @@ async def decide_hot_keys(stream: Any) -> None:
             log.warning("rejected sketch summary: %s", exc)
             metrics.rejected_summary()
             continue
+        if not _directory_known:
+            decider.restore(await loop.run_in_executor(None, _published_directory), time.time())
+            _directory_known = True
         _summaries[summary.instance] = summary
         now_s = time.time()
         view = merge_summaries(_summaries.values(), now_s=now_s, max_age_s=3 * worker_settings.hot_window_s + 1)
         for stale in set(_summaries) - set(view.instances):
             _summaries.pop(stale, None)
+        rates = view.partition_rates
+        if len(rates) == worker_settings.partitions:
+            metrics.observe_balance(max_over_mean([rates[p] for p in sorted(rates)]))
         if view.total < worker_settings.hot_min_window_events:
-            continue  # too few events in the window for shares to mean anything yet
-        for decision in decider.decide(view, now_s):
-            key = canonical_key(decision.key)
-            if decision.kind == "tombstone":
-                _write(topic_names.hot_keys, key, None)
-            else:
-                now_ms = int(now_s * 1000)
-                record = {
-                    "key": key, "key_display": decision.key[:200], "split_factor": decision.split_factor,
-                    "estimated_rate": decision.rate, "share": decision.share,
-                    "partitions": worker_settings.partitions, "detected_at_ms": now_ms,
-                    "hot_since_ms": min(now_ms, int(decision.hot_since_s * 1000)), "map_version": 1,
-                    "detector": instance_id,
-                }
-                _write(topic_names.hot_keys, key, _codecs["hot_keys"].encode(record))
+            continue  # too few events in the window for rates to mean anything yet
+        decisions = decider.decide(view, now_s)
+        for decision in decisions:
+            _publish(decision, now_s)
             metrics.decision(decision)
+            log.info("directory %s: %r -> partitions %s (%.0f events/s, %.1f%% of traffic, home %d)", decision.kind,
+                     decision.key[:100], list(decision.partitions), decision.rate, 100 * decision.share, decision.home)
+        if decisions:
             _writer().flush(5)  # a notice is latency-critical: do not let it linger
-            log.info("hot-key decision %s: %r split %d ways (%.0f events/s, %.1f%% of traffic)", decision.kind,
-                     decision.key[:100], decision.split_factor, decision.rate, 100 * decision.share)
+            plan = decider.last_plan
+            if plan is not None:
+                log.info("balance: max/mean %.2f measured, %.2f predicted", max_over_mean(plan.loads_before),
+                         max_over_mean(plan.loads_after))
 
 
 @app.agent(partials_topic)

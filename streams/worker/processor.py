@@ -51,6 +51,7 @@ from streams.core.errors import InvalidIdError, SerializationError
 from streams.core.hotkeys.sketch import SketchSummary, SlidingSketch
 from streams.core.ids import parse_id
 from streams.core.partials import partial_record
+from streams.core.routing.hashing import MAX_KEY_BYTES
 from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.core.time.eventtime import Aggregation, PlacementKind
@@ -60,6 +61,7 @@ from streams.core.time.watermark import WatermarkTracker
 __all__ = ["InMessage", "Output", "TickResult", "Checkpoint", "Stage1Store", "EventProcessor", "ProcessorCounts"]
 
 _META = "meta|"
+_MAX_KEY_CHARS = MAX_KEY_BYTES // 4  # a str this short is within MAX_KEY_BYTES whatever its characters
 
 Source = tuple[str, int]  # (topic, partition) a record was read from
 _NULL = Aggregation(empty=lambda: None, add=lambda a, v: None, to_record=lambda a: None, from_record=lambda r: None)
@@ -394,6 +396,7 @@ class EventProcessor:
             return []
         self._handled[source] = msg.offset
         now = self._clock_ms()
+        self.sketch.add_partition(msg.partition, now / 1000)  # every record is load, whatever becomes of it
         codec = self._codecs.get(msg.headers.get("content-type", b""), self._default_codec)
         try:
             if msg.value is None:
@@ -408,6 +411,10 @@ class EventProcessor:
         key = event["key"]
         if not key.strip():
             return [self._dead_letter(msg, "empty key", "key", now, event["ts_ms"])]
+        if len(key) > _MAX_KEY_CHARS and len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+            # The sketch and the directory could not carry it: stop it before it reaches any state.
+            return [self._dead_letter(msg, f"key too long: more than {MAX_KEY_BYTES} bytes of UTF-8", "key",
+                                      now, event["ts_ms"])]
         value = event["value"]
         if value is not None and not math.isfinite(value):
             return [self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, event["ts_ms"])]
@@ -490,7 +497,8 @@ class EventProcessor:
                 labels.append(bucket.label)
             if closable > self._closed_through:
                 self._closed_through = closable  # persisted by the next checkpoint()
-        summary = self.sketch.summary(now / 1000, top=256, instance=self.instance)
+        summary = self.sketch.summary(now / 1000, top=256, instance=self.instance,
+                                      partitions=sorted({p for _, p in self._sources}))
         return TickResult(tuple(outputs), summary, tuple(labels), watermark)
 
     def counts(self) -> ProcessorCounts:
@@ -515,7 +523,7 @@ def _salt(raw: bytes | None) -> int | None:
 
 def _reason_class(reason: str) -> str:
     """A short, fixed reason class for counters (the full text goes into the dead letter)."""
-    for prefix in ("malformed id", "empty key", "value must be finite", "malformed streams-salt"):
+    for prefix in ("malformed id", "empty key", "key too long", "value must be finite", "malformed streams-salt"):
         if reason.startswith(prefix):
             return prefix
     return "undecodable payload"

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from streams.core.errors import InvalidKeyError
 from streams.core.routing.hashing import (
+    MAX_KEY_BYTES,
     MURMUR2_IMPLEMENTATION,
     canonical_key,
     jump_hash,
@@ -272,3 +273,11 @@ def test_growing_n_to_n_plus_1_moves_only_keys_to_the_new_bucket_about_1_in_n_pl
     p = 1 / (n + 1)
     mean, sd = len(keys) * p, (len(keys) * p * (1 - p)) ** 0.5
     assert mean - 5 * sd <= moved <= mean + 5 * sd
+
+
+@pytest.mark.parametrize("key", ["k" * (MAX_KEY_BYTES + 1), "é" * (MAX_KEY_BYTES // 2 + 1), b"\x01" * (MAX_KEY_BYTES + 1),
+                                 int("9" * (MAX_KEY_BYTES + 1))])
+def test_a_key_longer_than_max_key_bytes_is_refused_naming_the_limit(key: object) -> None:
+    with pytest.raises(InvalidKeyError, match=str(MAX_KEY_BYTES)):
+        canonical_key(key)
+    assert canonical_key("k" * MAX_KEY_BYTES) == b"k" * MAX_KEY_BYTES  # the limit itself is fine

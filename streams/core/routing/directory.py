@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.core.errors import ConfigError, HotKeyNoticeError, InvalidIdError
-from streams.core.routing.hashing import xxh3_64
+from streams.core.routing.hashing import MAX_KEY_BYTES, xxh3_64
 from streams.core.serde import AvroCodec
 from streams.core.validate import require_fields
 
@@ -57,8 +57,6 @@ __all__ = [
     "salted_key",
 ]
 
-#: Longest canonical key the directory accepts, in bytes.
-MAX_KEY_BYTES = 1024
 #: Default bound on how many keys the directory places at once.
 MAX_DIRECTORY_ENTRIES = 10_000
 #: The Avro schema of notices this version writes (``schemas/hot_key_notice.avsc``), and of version 1.

@@ -45,6 +45,7 @@ from streams.core.errors import InvalidKeyError
 
 __all__ = [
     "MURMUR2_IMPLEMENTATION",
+    "MAX_KEY_BYTES",
     "canonical_key",
     "jump_hash",
     "kafka_partition",
@@ -62,6 +63,8 @@ _MURMUR2_SEED = 0x9747B28C
 _MASK32 = 0xFFFFFFFF
 _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 _UUID_STR_LENGTHS = frozenset((32, 36, 38, 45))
+#: Longest canonical key, in bytes: what workers' sketches, notices and the directory can carry.
+MAX_KEY_BYTES = 1024
 _URN_PREFIX = "urn:uuid:"
 
 
@@ -122,7 +125,7 @@ def canonical_key(value: object) -> bytes:
     UUIDs in any spelling give their 16 bytes; other str gives its UTF-8 verbatim;
     int gives its decimal text; bytes pass through. Raises InvalidKeyError, naming
     the type, for None, bool, float, other types, empty values, and text that is
-    not encodable as UTF-8 (lone surrogates).
+    not encodable as UTF-8 (lone surrogates), and keys over MAX_KEY_BYTES bytes.
     """
     cls = value.__class__
     if cls is str:
@@ -133,18 +136,26 @@ def canonical_key(value: object) -> bytes:
         if not value:
             raise InvalidKeyError("routing key is empty (got empty str)")
         try:
-            return value.encode()  # type: ignore[attr-defined, no-any-return]
+            raw = value.encode()  # type: ignore[attr-defined]
         except UnicodeEncodeError as exc:
             raise InvalidKeyError(f"routing key str is not valid UTF-8 text: {exc}") from None
+        if len(raw) > MAX_KEY_BYTES:
+            raise InvalidKeyError(f"routing key is {len(raw)} bytes of UTF-8, at most {MAX_KEY_BYTES}")
+        return raw  # type: ignore[no-any-return]
     if cls is bytes:
         if not value:
             raise InvalidKeyError("routing key is empty (got empty bytes)")
+        if len(value) > MAX_KEY_BYTES:  # type: ignore[arg-type]
+            raise InvalidKeyError(f"routing key is {len(value)} bytes, at most {MAX_KEY_BYTES}")  # type: ignore[arg-type]
         return value  # type: ignore[return-value]
     if cls is int:
         try:
-            return b"%d" % value  # type: ignore[str-format]
+            raw = b"%d" % value  # type: ignore[str-format]
         except ValueError as exc:  # more digits than sys.get_int_max_str_digits()
             raise InvalidKeyError(f"routing key int is too large: {exc}") from None
+        if len(raw) > MAX_KEY_BYTES:
+            raise InvalidKeyError(f"routing key int has {len(raw)} digits, at most {MAX_KEY_BYTES}")
+        return raw
     if cls is uuid.UUID:
         return value.bytes  # type: ignore[attr-defined, no-any-return]
     return _canonical_slow(value)
