@@ -7,9 +7,10 @@ A worker (``faust -A streams.app worker``) and a ``RoutingProducer`` following t
 hot-keys topic run against the local broker. A steady background stream (uniform
 over 20,000 keys) keeps the window full; then, one after another, a fresh key
 bursts to half of the traffic. For each burst we time from its first event to the
-first record the producer salts for it (``send()`` returns salt >= 0), i.e. the
-whole loop: worker consumes → sketch → summary (every 250 ms) → decider → notice on
-the compacted topic → producer's follower → split table. Baseline for scale: the
+first record the producer places off its hash home (``send()`` returns salt >= 0:
+moved or split), i.e. the whole loop: worker consumes → sketch and partition counts →
+summary (every 250 ms) → decider → notice on the compacted topic → producer's
+follower → key directory. Baseline for scale: the
 producer→broker→consumer round trip of one record on the same broker, same run.
 """
 
@@ -99,8 +100,7 @@ def main() -> int:
         ensure_topics(client, project_topic_specs(names, partitions=PARTITIONS), timeout_s=30)
         env = dict(os.environ, STREAMS_BOOTSTRAP_SERVERS=bootstrap, STREAMS_APP_ID=f"lat-{tag}",
                    STREAMS_PARTITIONS=str(PARTITIONS), STREAMS_BUCKET_WIDTH="1m", STREAMS_GRACE="0s", STREAMS_ALLOWED_DELAY="0s",
-                   STREAMS_IDLE_TIMEOUT="10s", STREAMS_HOT_WINDOW_S=str(args.window), STREAMS_HOT_SHARE_MULTIPLE="2",
-                   STREAMS_COOL_SHARE_MULTIPLE="1", STREAMS_HOT_MIN_RATE="20", STREAMS_HOT_HOLD_S="2",
+                   STREAMS_IDLE_TIMEOUT="10s", STREAMS_HOT_WINDOW_S=str(args.window), STREAMS_BALANCE_HOLD_S="2",
                    STREAMS_HOT_MIN_WINDOW_EVENTS="200", STREAMS_SESSION_TIMEOUT_S="6",
                    **{f"STREAMS_{f.upper()}": getattr(names, f) for f in TopicNames.__dataclass_fields__})
         log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-latency-{tag}.log"

@@ -13,10 +13,7 @@
    memo never hits and every call canonicalises and hashes. Goal: <= 0.3.
 2. Share of keys that move when a topic grows from N to N+1 partitions, mod vs jump,
    beside the 1/(N+1) a consistent placement can reach.
-3. Max/mean partition load under a Zipf(1.1) key workload, 12 partitions, without
-   splitting, splitting each key above a partition's fair share (total / N) into
-   k = ceil(count / fair) sub-keys (capped at N), and a finer policy that splits
-   keys above fair/8 so no sub-key carries more than fair/8. Seeded.
+Balance under skew (the load-aware directory against the hash) is bench/bench_balance.py.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 from confluent_kafka import Producer, libversion
 
-from streams.core.routing.hashing import MURMUR2_IMPLEMENTATION, canonical_key
+from streams.core.routing.hashing import MURMUR2_IMPLEMENTATION
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.time.buckets import TimeBuckets
 
@@ -90,7 +87,7 @@ def cost_table(quick: bool) -> None:
     mod = RoutingMap(version=1, partitions=PARTITIONS, topic="events")
     jump = RoutingMap(version=1, partitions=PARTITIONS, topic="events", placement="jump", hash="xxh3")
     split_router = Router(BUCKETS, [mod])
-    split_router.splits.set(b"user-0", 4, PARTITIONS)
+    split_router.directory.set(b"user-0", (0, 3, 6, 9), PARTITIONS)
     fresh = itertools.count()
 
     def warm(routing_map: RoutingMap) -> Callable[[], int]:
@@ -156,41 +153,8 @@ def zipf_keys(distinct: int, events: int, exponent: float, seed: int) -> list[st
     return [names[r] for r in ranks.tolist()]
 
 
-def balance_table(quick: bool) -> None:
-    distinct, events = (20_000, 200_000) if quick else (100_000, 1_000_000)
-    keys = zipf_keys(distinct, events, 1.1, seed=3)
-    counts: dict[str, int] = {}
-    for key in keys:
-        counts[key] = counts.get(key, 0) + 1
-    fair = events / PARTITIONS
-    # Each policy splits keys above fair/q into k = ceil(count / (fair/q)) sub-keys (at most N),
-    # so no sub-key carries more than fair/q. q = 1 is "split what exceeds a partition's fair share".
-    policies = {"none": None, "count > fair, k = ceil(count/fair)": 1, "count > fair/8, k = ceil(8 count/fair)": 8}
-    top_share = max(counts.values()) / events
-    print(f"### partition load, Zipf(1.1): {distinct:,} keys, {events:,} events, {PARTITIONS} partitions "
-          f"(top key {top_share:.1%} of events; fair share of a partition {1 / PARTITIONS:.1%})\n")
-    print("| map | split policy | keys split: k | max/mean load |")
-    print("| --- | --- | --- | ---: |")
-    for placement, hash_name in (("mod", "murmur2"), ("jump", "xxh3")):
-        routing_map = RoutingMap(version=1, partitions=PARTITIONS, topic="events", placement=placement, hash=hash_name)
-        for policy, q in policies.items():
-            router = Router(BUCKETS, [routing_map])
-            factors = {} if q is None else {
-                key: min(PARTITIONS, math.ceil(c * q / fair)) for key, c in counts.items() if c > fair / q
-            }
-            for key, k in factors.items():
-                router.splits.set(canonical_key(key), k, PARTITIONS)
-            load = [0] * PARTITIONS
-            route = router.route
-            for event_id, key in enumerate(keys):
-                load[route(key, T0, event_id).partition] += 1
-            ks = ", ".join(str(k) for k in sorted(factors.values(), reverse=True)) or "-"
-            print(f"| {placement}/{hash_name} | {policy} | {len(factors)}: {ks} | {max(load) / fair:.2f} |")
-    print()
-
-
 def main() -> int:
-    """Print the three tables; ``--quick`` shrinks every workload (under ~10 s)."""
+    """Print the two tables; ``--quick`` shrinks every workload (under ~10 s)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small workloads, a few seconds")
     args = parser.parse_args()
@@ -198,7 +162,6 @@ def main() -> int:
     print(f"Python {platform.python_version()}, librdkafka {libversion()[0]}, murmur2: {MURMUR2_IMPLEMENTATION}\n")
     cost_table(args.quick)
     movement_table(args.quick)
-    balance_table(args.quick)
     print(f"_{time.perf_counter() - started:.1f} s_")
     return 0
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["bench_ids.py", "bench_routing.py", "bench_hotkeys.py", "bench_producer.py", "bench_worker.py"]
+ORDER = ["bench_ids.py", "bench_routing.py", "bench_balance.py", "bench_hotkeys.py", "bench_producer.py", "bench_worker.py"]
 
 
 def main() -> int:

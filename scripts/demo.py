@@ -3,8 +3,9 @@
 
 1. start the project's local Kafka broker (or use ``$KAFKA_BOOTSTRAP``) and a faust worker;
 2. produce a Zipf-skewed stream with planted elephants through ``RoutingProducer``;
-3. watch the worker detect hot keys and every producer start splitting them live;
-4. compare partition balance before and after splitting;
+3. watch the worker's load-aware decider build a key directory (a few keys moved
+   whole, the biggest split over chosen light partitions) and every producer apply it live;
+4. compare partition balance before and after, and print the directory;
 5. send late events into a closed bucket, see them routed aside, replay them;
 6. check every final aggregate against an exact oracle computed here;
 7. stop everything it started.
@@ -72,6 +73,11 @@ class Reader:
         self.consumer.close()
 
 
+def display(key: bytes) -> str:
+    """A directory key (canonical bytes) as the text the demo sent."""
+    return key.decode("utf-8", "backslashreplace")
+
+
 def balance(counts: Counter) -> float:
     loads = [counts.get(p, 0) for p in range(PARTITIONS)]
     return max(loads) / (sum(loads) / PARTITIONS) if sum(loads) else 0.0
@@ -93,9 +99,8 @@ def main() -> int:
         env = dict(os.environ, STREAMS_BOOTSTRAP_SERVERS=bootstrap, STREAMS_APP_ID=f"demo-{tag}",
                    STREAMS_PARTITIONS=str(PARTITIONS), STREAMS_BUCKET_WIDTH=WIDTH, STREAMS_GRACE=f"{GRACE_MS // 1000}s",
                    STREAMS_ALLOWED_DELAY="0s", STREAMS_IDLE_TIMEOUT="5s", STREAMS_RETENTION="1h",
-                   STREAMS_HOT_WINDOW_S="6", STREAMS_HOT_SHARE_MULTIPLE="0.1", STREAMS_COOL_SHARE_MULTIPLE="0.05",
-                   STREAMS_HOT_MIN_RATE="5", STREAMS_HOT_SPLIT_FRACTION="0.01", STREAMS_HOT_HOLD_S="60",
-                   STREAMS_HOT_MIN_WINDOW_EVENTS="1500", STREAMS_SESSION_TIMEOUT_S="6",
+                   STREAMS_PLACEMENT="jump", STREAMS_HASH="xxh3",  # the producers' map: the decider needs each key's home
+                   STREAMS_HOT_WINDOW_S="4", STREAMS_HOT_MIN_WINDOW_EVENTS="1500", STREAMS_SESSION_TIMEOUT_S="6",
                    **{f"STREAMS_{f.upper()}": getattr(names, f) for f in TopicNames.__dataclass_fields__})
         log = Path(os.environ.get("TMPDIR", "/tmp")) / f"streams-demo-worker-{tag}.log"
         worker = subprocess.Popen([str(Path(sys.executable).parent / "faust"), "-A", "streams.app", "worker",
@@ -115,7 +120,7 @@ def main() -> int:
         oracle: dict[tuple[str, str], Stats] = defaultdict(Stats.empty)
         placed: list[tuple[float, int]] = []  # (seconds since start, partition) of every event
         first_change, last_change = float(SECONDS), 0.0
-        seen_split: dict[bytes, int] = {}
+        seen: dict[bytes, tuple[int, ...]] = {}  # the producer's directory as last printed
         console.print(f"[bold]3.[/] producing a Zipf(1.1) stream over 100,000 keys with 3 planted elephants, "
                       f"{RATE}/s for {SECONDS} s")
         began = time.monotonic()
@@ -131,13 +136,18 @@ def main() -> int:
             placed.append((elapsed, decision.partition))
             sent += 1
             if sent % 400 == 0:
-                for k, factor in router.splits.snapshot().items():
-                    if seen_split.get(k) != factor:
-                        seen_split[k] = factor
+                now = router.directory.snapshot()
+                for k in sorted(set(seen) | set(now)):
+                    if seen.get(k) != now.get(k):
                         first_change, last_change = min(first_change, elapsed), elapsed
-                        console.print(f"   {elapsed:5.1f} s  hot key [yellow]{k.decode()}[/] now split {factor} ways")
+                        parts = now.get(k)
+                        what = ("sent home" if parts is None else f"moved to partition {parts[0]}" if len(parts) == 1
+                                else f"split over partitions {', '.join(map(str, parts))}")
+                        console.print(f"   {elapsed:5.1f} s  key [yellow]{display(k)}[/] {what}")
+                seen = now
         producer.flush(30)
-        console.print(f"   sent {sent:,} events; {len(seen_split)} keys split by the producer")
+        console.print(f"   sent {sent:,} events; the producer's directory places {len(seen)} of "
+                      f"{len({k for _, k in oracle}):,} keys")
 
         before = Counter(p for t, p in placed if t < first_change)
         after = Counter(p for t, p in placed if t > last_change + 0.5)
@@ -145,10 +155,22 @@ def main() -> int:
         table.add_column("phase")
         table.add_column("events", justify="right")
         table.add_column("max/mean", justify="right")
-        table.add_row("before the first split", f"{sum(before.values()):,}", f"{balance(before):.2f}")
-        table.add_row(f"after the last split change ({last_change:.1f} s on)", f"{sum(after.values()):,}",
-                      f"{balance(after):.2f}")
+        table.add_row("hash only, before the first directory change", f"{sum(before.values()):,}",
+                      f"{balance(before):.2f}")
+        table.add_row(f"with the directory, after its last change ({last_change:.1f} s on)",
+                      f"{sum(after.values()):,}", f"{balance(after):.2f}")
         console.print(table)
+        directory = Table(title="the key directory the decider built (the hash places every other key)")
+        for column in ("key", "home", "partitions", "events"):
+            directory.add_column(column, justify="left" if column == "key" else "right")
+        counts = Counter()
+        for (_, key), stats in oracle.items():
+            counts[key] += stats.count
+        for k, parts in sorted(seen.items(), key=lambda kv: -counts[display(kv[0])]):
+            directory.add_row(display(k), str(router.home_of(k)),
+                              ("move -> " if len(parts) == 1 else f"split {len(parts)}: ") + ",".join(map(str, parts)),
+                              f"{counts[display(k)]:,}")
+        console.print(directory)
 
         closed = Reader(bootstrap, names.bucket_closed, "bucket_closed")
         first_label = buckets.bucket_of(int(time.time() * 1000) - (SECONDS - 2) * 1000).label

@@ -48,7 +48,7 @@ __all__ = ["BalancePolicy", "BalanceDecider", "Decision", "KeyLoad", "Plan", "pl
 #: Partitions a key is placed on: ``(p,)`` moves it whole, ``(p1, ..., pk)`` splits it.
 Partitions = tuple[int, ...]
 
-_IMPROVEMENT = 0.995  # a plan must lower the predicted peak by at least 0.5 % to be published
+_IMPROVEMENT = 0.98  # a plan must lower the predicted peak by at least 2 % (more than a window's noise) to be published
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,7 @@ def plan_placements(
     directory: Mapping[str, Partitions],
     *,
     retire: Callable[[str], bool] = lambda key: False,
+    held: Callable[[str], bool] = lambda key: False,
 ) -> Plan:
     """Re-place the fewest of ``keys`` that bring every partition under ``balance_aim × mean``.
 
@@ -157,8 +158,10 @@ def plan_placements(
     1. **Evict** from each partition above the cap (busiest first) the keys that
        explain its excess: the lightest single key whose share there covers the
        excess, else the heaviest and look again. Keys on partitions under the cap
-       never move, so churn stays with the partitions that need it. Keys for which
-       ``retire(key)`` holds are evicted too (they try to go home).
+       never move, so churn stays with the partitions that need it; nor do keys for
+       which ``held(key)`` holds (placed moments ago) unless nothing else on that
+       partition can go. Keys for which ``retire(key)`` holds are evicted too (they
+       try to go home).
     2. **Place** the evicted keys back, heaviest first: home for a retiring key when
        it fits there; else where it was if that fits; else its hash home if that fits;
        else **moved** whole to the lightest partition if it fits there (not with
@@ -190,6 +193,7 @@ def plan_placements(
     for p in sorted(range(n), key=lambda q: -load[q]):
         while load[p] > limit and len(evicted) < policy.max_changes:
             here = [k for k in by_partition.get(p, ()) if k.key not in evicted]
+            here = [k for k in here if not held(k.key)] or here
             if not here:
                 break
             excess = load[p] - limit
@@ -337,8 +341,13 @@ class BalanceDecider:
         balanced = max_over_mean(loads) <= policy.balance_target
         if balanced and not any(retiring(key) for key in self._entries):
             return []
+
+        def held(key: str) -> bool:
+            entry = self._entries.get(key)
+            return entry is not None and now_s - entry.changed_s < policy.hold_s
+
         plan = plan_placements(policy, loads, keys if not balanced else [k for k in keys if retiring(k.key)],
-                               self.directory, retire=retiring)
+                               self.directory, retire=retiring, held=held)
         if not (plan.improves or (balanced and plan.changed)):
             return []
         self.last_plan = plan
