@@ -9,9 +9,16 @@ events and sends what it returns. One :class:`EventProcessor` per worker process
   non-finite value, timestamp in the future or before the epoch). Every record is
   counted under exactly one of those, so ``received == on_time + late + too_old +
   dead_lettered`` (see :meth:`counts`).
-* :meth:`EventProcessor.tick` runs on a timer: it closes every bucket whose close
-  time (end + grace) the low watermark has passed, returns the stage-1 partials and a
-  bucket-closed record for each, and the hot-key sketch summary to publish.
+* :meth:`EventProcessor.tick` runs on a timer: it asks the bucket roller
+  (:class:`~streams.core.time.roller.BucketRoller`) which buckets closed, returns the
+  stage-1 partials and a bucket-closed record for each, and the hot-key sketch
+  summary to publish.
+
+Whether an event is on time, late, too old or a dead letter, when a bucket closes,
+and the conservation counts are decided by the roller alone, per source partition:
+:meth:`EventProcessor.recover` hands it each source's closed-through bucket from the
+checkpoints, and the processor asks it again when it writes a checkpoint. The
+processor owns the stage-1 store, the outputs and the write order.
 
 Stage-1 state lives in a :class:`Stage1Store`: a mapping (faust's table store in the
 worker) plus a changelog callback that writes each change to the changelog partition
@@ -54,7 +61,7 @@ from streams.core.partials import partial_record
 from streams.core.routing.hashing import MAX_KEY_BYTES
 from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
-from streams.core.time.eventtime import Aggregation, PlacementKind
+from streams.core.time.eventtime import PlacementKind
 from streams.core.time.roller import BucketRoller
 from streams.core.time.watermark import WatermarkTracker
 
@@ -64,7 +71,6 @@ _META = "meta|"
 _MAX_KEY_CHARS = MAX_KEY_BYTES // 4  # a str this short is within MAX_KEY_BYTES whatever its characters
 
 Source = tuple[str, int]  # (topic, partition) a record was read from
-_NULL = Aggregation(empty=lambda: None, add=lambda a, v: None, to_record=lambda a: None, from_record=lambda r: None)
 
 
 @dataclass(frozen=True)
@@ -299,14 +305,11 @@ class EventProcessor:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.buckets = TimeBuckets(settings.bucket_width, grace=settings.grace)
         self.watermarks = WatermarkTracker(parse_duration(settings.allowed_delay, "allowed_delay"), parse_duration(settings.idle_timeout, "idle_timeout"))
-        self.roller: BucketRoller[None, None] = BucketRoller(
-            self.buckets, parse_duration(settings.retention, "retention"), aggregation=_NULL, watermarks=self.watermarks)
+        self.roller = BucketRoller(self.buckets, parse_duration(settings.retention, "retention"), watermarks=self.watermarks)
         self.sketch = SlidingSketch(settings.hot_window_s, capacity=settings.sketch_capacity)
         self._codecs = {CONTENT_TYPE["json"]: JsonCodec("event"), CONTENT_TYPE["avro"]: AvroCodec("event")}
         self._default_codec = self._codecs[CONTENT_TYPE[settings.serializer]]
-        self._closed_through = -1  # the highest bucket this process closed
-        self._checkpointed_closed = -1  # ... as of the last checkpoint
-        self._recovered_closed: dict[Source, int] = {}  # per source, from the checkpoints recovered
+        self._checkpointed_closed = -1  # the roller's closed-through as of the last checkpoint
         self._duplicates = 0
         self._sources: set[Source] = set()
         self._source_ids: dict[Source, int] = {}  # the watermark tracker numbers its inputs
@@ -333,8 +336,7 @@ class EventProcessor:
         source, the closed-through bucket, the durable offset and the watermark."""
         now = self._clock_ms()
         for source, cp in self.store.reindex().items():
-            if cp.closed > self._recovered_closed.get(source, -1):
-                self._recovered_closed[source] = cp.closed
+            self.roller.restore_closed_through(self._source_id(source), cp.closed)
             if cp.offset > self._durable.get(source, -1):
                 self._durable[source] = cp.offset
             if cp.max_ts_ms is not None and source in self._sources:
@@ -349,25 +351,20 @@ class EventProcessor:
         far are acknowledged by the broker: the checkpoint vouches for them.
         """
         progressed = {s: o for s, o in self._handled.items() if o > self._durable.get(s, -1)}
-        if self._closed_through > self._checkpointed_closed:
+        closed_through = self.roller.closed_through
+        if closed_through > self._checkpointed_closed:
             # A close with no new records still has to be recorded for every source we own.
             progressed.update({s: self._durable.get(s, -1) for s in self._sources if s not in progressed})
         if not progressed:
             return False
-        self.store.checkpoint({s: Checkpoint(self._closed_for(s), o, self.watermarks.max_event_ts(self._source_id(s)))
+        # Per source, not global: after a crash some sources' checkpoints may have reached
+        # the broker and others not (the roller keeps closed-through per source).
+        self.store.checkpoint({s: Checkpoint(self.roller.closed_for(self._source_id(s)), o,
+                                             self.watermarks.max_event_ts(self._source_id(s)))
                                for s, o in progressed.items()})
         self._durable.update(progressed)
-        self._checkpointed_closed = self._closed_through
+        self._checkpointed_closed = closed_through
         return True
-
-    def _closed_for(self, source: Source) -> int:
-        """The highest bucket index closed for records of ``source``.
-
-        Per source, not global: after a crash some sources' checkpoints may have
-        reached the broker and others not, and a source whose checkpoint did not must
-        fold its re-read records into the buckets they belong to again.
-        """
-        return max(self._closed_through, self._recovered_closed.get(source, -1))
 
     def persist(self, flush: Callable[[], None]) -> None:
         """Make everything handled so far durable, in the order that survives any crash.
@@ -418,17 +415,15 @@ class EventProcessor:
         value = event["value"]
         if value is not None and not math.isfinite(value):
             return [self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, event["ts_ms"])]
-        salt = _salt(msg.headers.get("streams-salt"))
-        if salt is None:
+        # Validated like any header, though stage 1 keys its entries by source partition, not salt.
+        if _salt(msg.headers.get("streams-salt")) is None:
             return [self._dead_letter(msg, "malformed streams-salt header", "streams-salt", now, event["ts_ms"])]
         ts = event["ts_ms"]
-        placement = self.roller.add(key, ts, None, now, partition=self._source_id(source))
+        placement = self.roller.add(ts, now, partition=self._source_id(source))
         kind = placement.kind
         if kind is PlacementKind.ON_TIME:
             bucket = placement.bucket
             assert bucket is not None
-            if bucket.index <= self._closed_for(source):  # closed before a restart: the roller cannot know
-                return [self._late(msg, event, bucket.index, ts, now, "bucket closed")]
             self.sketch.add(key, now / 1000)
             if not self.store.fold(source, msg.offset, bucket.index, key, value):
                 self._duplicates += 1
@@ -446,7 +441,9 @@ class EventProcessor:
             "event_ts_ms": ts, "watermark_ms": watermark, "lateness_ms": max(0, watermark - bucket.close_ms),
             "reason": reason, "source_topic": msg.topic, "source_partition": msg.partition,
             "source_offset": msg.offset, "original": msg.value or b"",
-            "content_type": msg.headers.get("content-type", CONTENT_TYPE[self.settings.serializer]).decode("ascii", "replace"),
+            # A header may be present with a null value: fall back as if it were absent.
+            "content_type": (msg.headers.get("content-type") or CONTENT_TYPE[self.settings.serializer]).decode(
+                "ascii", "replace"),
         }
         return Output("late_events", event["key"].encode(), record)
 
@@ -472,31 +469,23 @@ class EventProcessor:
         if self.store.stale:
             self.recover()
         now = self._clock_ms()
-        closed_meta = {c.bucket.index: c for c in self.roller.advance(now)}
-        watermark = self.watermarks.floor_ms
         outputs: list[Output] = []
         labels = []
-        if watermark is not None:
-            closable = (watermark - self.buckets.grace_ms) // self.buckets.width_ms - 1
-            due = sorted({i for i in self.store.bucket_indexes() if i <= closable} | set(closed_meta))
-            for index in due:
-                bucket = self.buckets.bucket_at_index(index)
-                entries = self.store.take_bucket(index)
-                meta = closed_meta.get(index)
-                keys = set()
-                events = 0
-                for slot, key, stats in entries:
-                    keys.add(key)
-                    events += stats.count
-                    outputs.append(Output("partials", key.encode(), partial_record(bucket, key, slot, stats)))
-                outputs.append(Output("bucket_closed", bucket.label.encode(), {
-                    "bucket": bucket.label, "bucket_start_ms": bucket.start_ms, "bucket_end_ms": bucket.end_ms,
-                    "closed_at_ms": now, "watermark_ms": watermark, "events": events, "keys": len(keys),
-                    "late_events": meta.late_events if meta else 0, "dead_letters": meta.dead_letters if meta else 0,
-                }))
-                labels.append(bucket.label)
-            if closable > self._closed_through:
-                self._closed_through = closable  # persisted by the next checkpoint()
+        for closed in self.roller.advance(now, held=self.store.bucket_indexes()):  # checkpointed by the next persist()
+            bucket = closed.bucket
+            keys = set()
+            events = 0
+            for slot, key, stats in self.store.take_bucket(bucket.index):
+                keys.add(key)
+                events += stats.count
+                outputs.append(Output("partials", key.encode(), partial_record(bucket, key, slot, stats)))
+            outputs.append(Output("bucket_closed", bucket.label.encode(), {
+                "bucket": bucket.label, "bucket_start_ms": bucket.start_ms, "bucket_end_ms": bucket.end_ms,
+                "closed_at_ms": closed.closed_at_ms, "watermark_ms": closed.watermark_ms, "events": events,
+                "keys": len(keys), "late_events": closed.late_events, "dead_letters": closed.dead_letters,
+            }))
+            labels.append(bucket.label)
+        watermark = self.watermarks.floor_ms
         summary = self.sketch.summary(now / 1000, top=256, instance=self.instance,
                                       partitions=sorted({p for _, p in self._sources}))
         return TickResult(tuple(outputs), summary, tuple(labels), watermark)

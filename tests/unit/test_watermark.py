@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.errors import ConfigError, InvalidBucketError
-from streams.core.time.eventtime import RollerStateError
 from streams.core.time.watermark import WatermarkTracker
 
 
@@ -98,16 +95,6 @@ def test_assign_gives_known_partitions_a_fresh_idle_timeout() -> None:
     assert tracker.low_watermark(now_ms=50_000) == 2_000  # not "all idle"
 
 
-def test_snapshot_round_trip_through_json_keeps_everything() -> None:
-    tracker = WatermarkTracker(allowed_delay_ms=10, idle_timeout_ms=1_000)
-    tracker.observe(0, 2_000, now_ms=0)
-    tracker.assign([3], now_ms=5)
-    tracker.low_watermark(now_ms=6)
-    copy = WatermarkTracker.from_record(json.loads(json.dumps(tracker.to_record())))
-    assert copy.to_record() == tracker.to_record()
-    assert copy.low_watermark(now_ms=2_000) == tracker.low_watermark(now_ms=2_000)
-
-
 @pytest.mark.parametrize(
     ("delay", "idle", "field"),
     [(-1, 1_000, "allowed_delay_ms"), (True, 1_000, "allowed_delay_ms"), (0, 0, "idle_timeout_ms"), (0, 1.5, "idle_timeout_ms")],
@@ -176,18 +163,3 @@ def test_low_watermark_is_monotone_and_follows_the_reference_rule(
         expected = previous if candidate is None else candidate if previous is None else max(previous, candidate)
         assert low == expected
         previous = low
-
-
-@pytest.mark.parametrize(
-    "record",
-    [
-        None,
-        {"allowed_delay_ms": 0, "idle_timeout_ms": 1, "low_watermark_ms": None},
-        {"allowed_delay_ms": 0, "idle_timeout_ms": 0, "low_watermark_ms": None, "partitions": []},
-        {"allowed_delay_ms": 0, "idle_timeout_ms": 1, "low_watermark_ms": 1.5, "partitions": []},
-        {"allowed_delay_ms": 0, "idle_timeout_ms": 1, "low_watermark_ms": None, "partitions": [{"partition": -1}]},
-    ],
-)
-def test_a_malformed_snapshot_raises_a_roller_state_error(record: object) -> None:
-    with pytest.raises(RollerStateError):
-        WatermarkTracker.from_record(record)  # type: ignore[arg-type]

@@ -131,9 +131,10 @@ def test_a_restarted_worker_skips_records_it_had_folded_and_does_not_reopen_clos
     h2 = Harness(data=dict(h.data), clock=h.clock)
     for offset in range(0, 20):  # records re-read after the crash
         h2.event(f"k{offset % 5}", T0 + 60_000 + offset, float(offset), offset=offset)
-    late = h2.event("old", T0 + 20, 1.0, offset=999)
+    late = h2.event("old", T0 + 20, 1.0, offset=999)  # the watermark is short of its close; the checkpoint is not
     assert [o.role for o in late] == ["late_events"]
-    assert h2.processor.counts().duplicates == 20
+    c = h2.processor.counts()
+    assert (c.duplicates, c.received, c.late) == (20, 1, 1)
     h2.clock.now = T0 + 2 * 60_000 + 30_000
     h2.event("x", h2.clock.now, 0.0, partition=0, offset=1000)
     h2.event("x", h2.clock.now, 0.0, partition=1, offset=1000)
@@ -173,4 +174,4 @@ def test_a_worker_running_through_many_buckets_keeps_a_bounded_number_in_memory(
     entries = [k for k in h.data if not k.startswith("meta|")]
     assert most_open <= 2, "only the current bucket and the one in its grace period hold state"
     assert len(entries) <= 2 * 7 * 2
-    assert h.processor.roller.tracked_bucket_count() <= 10 * 60_000 // 60_000 + 2  # retention 10 m of 1 m buckets
+    assert h.processor.roller.open_bucket_count() <= 2, "the roller keeps state only for buckets not closed yet"

@@ -31,18 +31,10 @@ Rules, each decided here and nowhere else:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from streams.core.time.eventtime import (
-    RollerStateError,
-    check_config_int,
-    check_ms,
-    check_partition,
-    check_record_fields,
-    record_int,
-)
+from streams.core.time.eventtime import check_config_int, check_ms, check_partition
 
 __all__ = ["PartitionWatermark", "WatermarkTracker"]
 
@@ -183,38 +175,3 @@ class WatermarkTracker:
                 )
             )
         return tuple(out)
-
-    def to_record(self) -> dict[str, Any]:
-        """Return a JSON-friendly snapshot (config, low watermark, partitions)."""
-        return {
-            "allowed_delay_ms": self.allowed_delay_ms,
-            "idle_timeout_ms": self.idle_timeout_ms,
-            "low_watermark_ms": self._floor,
-            "partitions": [
-                {"partition": p, "max_event_ts_ms": self._max_ts[p], "last_seen_ms": self._last_seen[p]}
-                for p in sorted(self._max_ts)
-            ],
-        }
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> WatermarkTracker:
-        """Rebuild a tracker from :meth:`to_record` output.
-
-        Raises RollerStateError naming the field when the record is not a mapping,
-        misses or adds fields, or holds a value of the wrong type or range.
-        """
-        fields = ("allowed_delay_ms", "idle_timeout_ms", "low_watermark_ms", "partitions")
-        check_record_fields(record, fields, "watermark snapshot")
-        tracker = cls(record_int(record, "allowed_delay_ms", 0), record_int(record, "idle_timeout_ms", 1))
-        tracker._floor = None if record["low_watermark_ms"] is None else record_int(record, "low_watermark_ms")
-        parts = record["partitions"]
-        if not isinstance(parts, list):
-            raise RollerStateError(f"watermark snapshot field 'partitions' must be a list, got {type(parts).__name__}")
-        for item in parts:
-            check_record_fields(item, ("partition", "max_event_ts_ms", "last_seen_ms"), "watermark snapshot partition")
-            partition = record_int(item, "partition", 0)
-            if partition in tracker._max_ts:
-                raise RollerStateError(f"watermark snapshot lists partition {partition} twice")
-            tracker._max_ts[partition] = None if item["max_event_ts_ms"] is None else record_int(item, "max_event_ts_ms")
-            tracker._last_seen[partition] = record_int(item, "last_seen_ms")
-        return tracker
