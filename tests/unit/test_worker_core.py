@@ -175,3 +175,38 @@ def test_a_worker_running_through_many_buckets_keeps_a_bounded_number_in_memory(
     assert most_open <= 2, "only the current bucket and the one in its grace period hold state"
     assert len(entries) <= 2 * 7 * 2
     assert h.processor.roller.open_bucket_count() <= 2, "the roller keeps state only for buckets not closed yet"
+
+
+def test_a_key_too_long_to_sketch_is_dead_lettered_naming_the_field_and_the_tick_survives() -> None:
+    h = Harness()
+    long_key = "x" * 1025  # one byte past what sketches, notices and the directory carry
+    (out,) = h.event(long_key, T0 + 1000, 1.0)
+    assert (out.role, out.record["field"]) == ("dead_letters", "key")
+    assert out.record["reason"].startswith("key too long")
+    assert h.event("é" * 512, T0 + 1000, 1.0) == []  # 1,024 bytes of UTF-8: at the limit, fine
+    h.processor.tick()  # the poison pill never reached the sketch: the summary builds
+    c = h.processor.counts()
+    assert (c.received, c.on_time, c.dead_lettered) == (2, 1, 1)
+
+
+def test_a_late_event_with_a_null_content_type_header_keeps_its_record_and_the_default_type() -> None:
+    h = Harness()
+    h.clock.now = T0 + 3 * 60_000
+    h.event("a", T0 + 3 * 60_000, 1.0, partition=0)
+    h.event("a", T0 + 3 * 60_000, 1.0, partition=1)
+    h.processor.tick()
+    payload = JsonCodec("event").encode({"id": str(h.ids.next()), "id_kind": "uuid7", "ts_ms": T0 + 5000,
+                                         "key": "late", "value": 2.0, "attributes": {}})
+    headers = {"content-type": None, "streams-salt": b"-1"}
+    (out,) = h.processor.handle(InMessage("events", 0, 99, b"late", payload, headers))  # type: ignore[arg-type]
+    assert out.role == "late_events" and out.record["original"] == payload
+    assert out.record["content_type"] == "application/json"
+    AvroCodec("late_event").encode(out.record)
+
+
+def test_partitions_read_are_reported_with_their_event_counts_in_the_summary() -> None:
+    h = Harness()
+    for i in range(30):
+        h.event(f"k{i}", T0 + 1000, 1.0, partition=i % 3 and 1)
+    summary = h.processor.tick().summary
+    assert dict(summary.partition_counts) == {0: 10, 1: 20}
