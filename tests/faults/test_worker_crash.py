@@ -1,4 +1,9 @@
-"""Kill -9 a worker mid-stream and restart it: the final aggregates are still exact."""
+"""Kill -9 a worker mid-stream and restart it: the final aggregates are still exact.
+
+Part-way through, the producer's directory moves one key whole and splits another
+(as a decider's notices would), in the middle of a bucket and before the crash, so
+stage 2 must merge each of those keys from every partition that carried it.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from test_worker_buckets import (  # noqa: E402
 from worker_harness import TopicReader, running_worker  # noqa: E402
 
 from streams.core.aggregate import Stats
+from streams.core.routing.hashing import canonical_key
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.producer import RoutingProducer
@@ -44,7 +50,12 @@ def test_killing_and_restarting_a_worker_mid_stream_changes_no_final_aggregate(
         router = Router(buckets, [RoutingMap(version=1, partitions=PARTITIONS, topic=names.events)])
         producer = RoutingProducer(router, {"bootstrap.servers": kafka_bootstrap})
         half = len(events) // 2
-        for key, value, ts in events[:half]:
+        for i, (key, value, ts) in enumerate(events[:half]):
+            if i == half // 2:  # mid-bucket: k1 moves whole, k2 is split over three partitions, none its home
+                home = router.home_of("k1")
+                router.directory.set(canonical_key("k1"), ((home + 5) % PARTITIONS,), PARTITIONS)
+                others = tuple(p for p in range(PARTITIONS) if p != router.home_of("k2"))
+                router.directory.set(canonical_key("k2"), others[:3], PARTITIONS)
             producer.send(key, value, ts_ms=ts)
         assert producer.flush(30) == 0
 

@@ -78,15 +78,21 @@ class Broker:
 
 
 def make_stream(rng: random.Random) -> tuple[dict[int, list[InMessage]], dict[tuple[str, str], Stats]]:
-    """Three buckets of events on two partitions (each key on one partition, "hot" split on both), and the oracle."""
+    """Three buckets of events on two partitions, and the oracle.
+
+    Each key lives on one partition, except "hot", split over both, and "mover", which
+    the directory moves from partition 0 to 1 in the middle of the second bucket.
+    """
     ids = UUIDv7Generator()
     records: dict[int, list[InMessage]] = {0: [], 1: []}
     oracle: dict[tuple[str, str], Stats] = defaultdict(Stats.empty)
     for ts in sorted(T0 + rng.randrange(3 * 60_000) for _ in range(600)):
-        key = rng.choice(["hot"] * 5 + [f"k{i}" for i in range(12)])
+        key = rng.choice(["hot"] * 5 + ["mover"] * 2 + [f"k{i}" for i in range(12)])
         if key == "hot":
             salt = rng.randrange(2)
             partition = salt
+        elif key == "mover":
+            salt, partition = 0, int(ts >= T0 + 90_000)
         else:
             salt, partition = -1, int(key[1:]) % 2
         value = float(rng.randrange(-1000, 1000))
