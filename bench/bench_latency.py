@@ -31,13 +31,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from common import broker, stop  # noqa: E402
-from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from streams.core.config import TopicNames
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.admin import ensure_topics, project_topic_specs
+from streams.kafka.clients import new_consumer, new_producer
 from streams.kafka.producer import RoutingProducer
 
 PARTITIONS = 6
@@ -45,12 +45,12 @@ RATE = 600
 
 
 def round_trip_ms(bootstrap: str, topic: str, n: int = 20) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rt-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+    consumer = new_consumer({"bootstrap.servers": bootstrap, "group.id": f"rt-{uuid.uuid4().hex[:6]}",
+                             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
     consumer.subscribe([topic])
     while not consumer.assignment():
         consumer.poll(0.1)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    producer = new_producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
     times = []
     for i in range(n):
         began = time.perf_counter()
@@ -71,8 +71,8 @@ def round_trip_ms(bootstrap: str, topic: str, n: int = 20) -> float:
 def bucket_close_lags(bootstrap: str, topic: str) -> list[int]:
     """closed_at - (bucket end + grace), in ms, of every bucket-closed record so far (grace is 0 here)."""
     codec = AvroCodec("bucket_closed")
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "earliest"})
+    consumer = new_consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{uuid.uuid4().hex[:6]}",
+                             "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     lags: list[int] = []
     end = time.monotonic() + 5

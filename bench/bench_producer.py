@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import orjson  # noqa: E402
 from common import broker  # noqa: E402
-from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
 
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.time.buckets import TimeBuckets
+from streams.kafka.clients import new_admin, new_producer
 from streams.kafka.producer import DEFAULT_PRODUCER_CONFIG, RoutingProducer
 
 PARTITIONS = 12
@@ -39,7 +39,7 @@ def bare_round(bootstrap: str, topic: str, keys: list[str]) -> float:
     payloads = [orjson.dumps({"id": str(uuid.uuid4()), "id_kind": "uuid7", "ts_ms": 0, "key": k, "value": 1.0,
                               "attributes": {}}) for k in keys]
     bkeys = [k.encode() for k in keys]
-    p = Producer({"bootstrap.servers": bootstrap, **DEFAULT_PRODUCER_CONFIG, "partitioner": "murmur2_random"})
+    p = new_producer({"bootstrap.servers": bootstrap, **DEFAULT_PRODUCER_CONFIG, "partitioner": "murmur2_random"})
     produce, poll = p.produce, p.poll
     began = time.perf_counter()
     for i, (k, v) in enumerate(zip(bkeys, payloads)):
@@ -80,7 +80,7 @@ def main() -> int:
     keys = [f"tenant-{int(rng.paretovariate(1.1)) % 100_000}" for _ in range(n)]
     with ExitStack() as stack:
         bootstrap = broker(stack)
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = new_admin({"bootstrap.servers": bootstrap})
         topic = f"bench-{uuid.uuid4().hex[:6]}"
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
         results: dict[str, list[float]] = {"bare": [], "mod/murmur2": [], "jump/xxh3": []}

@@ -33,6 +33,7 @@ from confluent_kafka import Producer, libversion
 from streams.core.routing.hashing import MURMUR2_IMPLEMENTATION
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.time.buckets import TimeBuckets
+from streams.kafka.clients import new_producer
 
 T0 = 1_764_000_000_000  # a bucket boundary; every timed call lands in one 5-minute bucket
 BUCKETS = TimeBuckets("5m")
@@ -82,8 +83,8 @@ def cost_table(quick: bool) -> None:
     warm_keys: list[object] = zipf_keys(10_000, calls, 1.1, seed=1)  # type: ignore[assignment]
     warm_bytes = [k.encode() for k in warm_keys]  # type: ignore[attr-defined]
     event_ids = [rng.randbytes(16) for _ in range(calls)]
-    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "queue.buffering.max.messages": 2_000_000,
-                         "queue.buffering.max.kbytes": 2_097_151, "log_level": 0})
+    producer = new_producer({"bootstrap.servers": "127.0.0.1:1", "queue.buffering.max.messages": 2_000_000,
+                             "queue.buffering.max.kbytes": 2_097_151, "log_level": 0})
     mod = RoutingMap(version=1, partitions=PARTITIONS, topic="events")
     jump = RoutingMap(version=1, partitions=PARTITIONS, topic="events", placement="jump", hash="xxh3")
     split_router = Router(BUCKETS, [mod])

@@ -27,11 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from common import broker, stop  # noqa: E402
-from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import KafkaException, TopicPartition  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
 
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.time.buckets import TimeBuckets
+from streams.kafka.clients import new_admin, new_consumer
 from streams.kafka.producer import RoutingProducer
 
 PARTITIONS = 4
@@ -43,7 +44,7 @@ def committed_total(bootstrap: str, group: str, topic: str) -> int:
     # Consumer.committed() asks the group coordinator without joining the group.
     # (AdminClient.list_consumer_group_offsets crashed confluent-kafka 2.16.1 here
     # for a group that did not exist yet.)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = new_consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         result = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
     except KafkaException:  # coordinator not ready yet (the group is new): nothing committed
@@ -88,7 +89,7 @@ def main() -> int:
         bootstrap = broker(stack)
         tag = uuid.uuid4().hex[:6]
         topic = f"bench-events-{tag}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = new_admin({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
         buckets = TimeBuckets("1m")
         router = Router(buckets, [RoutingMap(version=1, partitions=PARTITIONS, topic=topic)])

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -26,7 +28,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from confluent_kafka import Consumer  # noqa: E402
 from kafka_local import LocalKafka  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -38,6 +39,7 @@ from streams.core.serde import AvroCodec
 from streams.core.simulate import Workload, iter_keys
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.admin import ensure_topics, project_topic_specs
+from streams.kafka.clients import new_consumer
 from streams.kafka.producer import RoutingProducer
 from streams.kafka.replay import replay_late
 
@@ -54,8 +56,8 @@ class Reader:
 
     def __init__(self, bootstrap: str, topic: str, schema: str) -> None:
         self.codec = AvroCodec(schema)
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-{uuid.uuid4().hex[:6]}",
-                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        self.consumer = new_consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-{uuid.uuid4().hex[:6]}",
+                                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
         self.consumer.subscribe([topic])
         self.records: list[Any] = []
 
@@ -83,8 +85,17 @@ def balance(counts: Counter) -> float:
     return max(loads) / (sum(loads) / PARTITIONS) if sum(loads) else 0.0
 
 
-def main() -> int:
-    """Run the demo; return 0 when every aggregate matched its oracle."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; return 0 when every aggregate matched its oracle.
+
+    Prints only its own story: client logs (librdkafka's included, see streams.kafka.clients)
+    go to Python logging, which shows them only with ``--debug``.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true",
+                        help="also print log records at DEBUG and above, librdkafka's client logs included")
+    if parser.parse_args(argv).debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with ExitStack() as stack:
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
         if not bootstrap:

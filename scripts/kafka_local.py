@@ -208,7 +208,7 @@ class LocalKafka:
         return self
 
     def _wait_ready(self, began: float) -> None:
-        from confluent_kafka.admin import AdminClient
+        from streams.kafka.clients import new_admin
 
         admin = None
         while True:
@@ -223,7 +223,7 @@ class LocalKafka:
                 # librdkafka does not log a refused connection every 50 ms.
                 try:
                     socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                    admin = AdminClient({"bootstrap.servers": self.bootstrap})
+                    admin = new_admin({"bootstrap.servers": self.bootstrap})
                 except OSError:
                     pass
             else:

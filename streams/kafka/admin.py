@@ -43,6 +43,7 @@ from streams.core.routing.placement import MAX_PARTITIONS
 from streams.core.routing.router import BUCKET_PLACEHOLDER
 from streams.core.time.buckets import TimeBuckets
 from streams.core.topicplan import TopicPlan, plan_bucket_topics
+from streams.kafka.clients import new_admin
 
 __all__ = [
     "COMPACTED_ROLES",
@@ -301,7 +302,7 @@ def _where(admin_config: Mapping[str, Any]) -> str:
 
 def _admin(admin_config: Mapping[str, Any]) -> AdminClient:
     try:
-        return AdminClient(dict(admin_config))
+        return new_admin(admin_config)
     except (KafkaException, ValueError, TypeError) as exc:
         shown = redact({k: v for k, v in admin_config.items() if k != "logger"})
         raise TopicAdminError(f"invalid Kafka client configuration {shown}: {exc}") from None

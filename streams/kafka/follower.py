@@ -27,6 +27,7 @@ from streams.core.config import redact
 from streams.core.errors import HotKeyNoticeError, SerializationError
 from streams.core.routing.router import Router
 from streams.core.routing.directory import decode_notice, notice_schema
+from streams.kafka.clients import new_consumer
 
 __all__ = ["HotKeyFollower"]
 
@@ -88,7 +89,7 @@ class HotKeyFollower:
 
     def _run(self) -> None:
         try:
-            consumer = Consumer(self._config)
+            consumer = new_consumer(self._config)
         except KafkaException as exc:
             self._error = f"cannot create the hot-keys consumer {redact(self._config)}: {exc}"
             log.error(self._error)

@@ -27,11 +27,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.core.errors import HotKeyNoticeError, SerializationError, StreamsError
 from streams.core.routing.directory import HotKeyNotice, decode_notice, notice_schema
 from streams.core.routing.hashing import kafka_partition
+from streams.kafka.clients import new_consumer
 
 __all__ = ["Monitor", "NoticeFold", "PartitionStat", "Snapshot", "partition_stats", "notice_display"]
 
@@ -199,9 +200,9 @@ class Monitor:
         self.timeout_s = timeout_s
         self._where = str(client_config.get("bootstrap.servers", "?"))
         base = {**client_config, "enable.auto.commit": False, "allow.auto.create.topics": False}
-        self._reader = Consumer({**base, "group.id": f"streams-monitor-{uuid.uuid4().hex[:12]}",
-                                 "auto.offset.reset": "earliest", "enable.partition.eof": True})
-        self._group = Consumer({**base, "group.id": group})
+        self._reader = new_consumer({**base, "group.id": f"streams-monitor-{uuid.uuid4().hex[:12]}",
+                                     "auto.offset.reset": "earliest", "enable.partition.eof": True})
+        self._group = new_consumer({**base, "group.id": group})
         self._fold = NoticeFold()
         self._positions: dict[int, int] = {}  # hot-keys partition -> next offset to fold
         self._previous: tuple[float, dict[int, int]] | None = None

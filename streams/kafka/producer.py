@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from streams.core.config import KafkaSettings, redact
 from streams.core.errors import ConfigError, RoutingMapError, SerializationError, StreamsError
@@ -38,6 +38,7 @@ from streams.core.ids import IdKind, Snowflake, UUIDv7Generator, id_time_ms, par
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.router import Router, RoutingDecision
 from streams.core.serde import CONTENT_TYPE, codec_for
+from streams.kafka.clients import new_producer
 
 __all__ = ["RoutingProducer", "DeliveryStats", "key_text", "DEFAULT_PRODUCER_CONFIG"]
 
@@ -140,7 +141,7 @@ class RoutingProducer:
         self._check_partitions = check_partitions
         self._checked_topics: dict[str, int] = {}
         try:
-            self._producer = Producer(self._config)
+            self._producer = new_producer(self._config)
         except KafkaException as exc:
             raise ConfigError(f"invalid producer configuration {redact(self._config)}: {exc}") from None
         self._lock = threading.Lock()

@@ -23,13 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from streams.core.aggregate import Stats
 from streams.core.errors import SerializationError, StreamsError
 from streams.core.partials import LATE_SLOT, partial_record
 from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets
+from streams.kafka.clients import new_consumer, new_producer
 
 __all__ = ["ReplaySummary", "replay_late", "read_time_range", "read_topic"]
 
@@ -58,8 +59,8 @@ def read_topic(client_config: Mapping[str, Any], topic: str, *, start_ms: int | 
     Reads up to the end offsets taken at the start, so it terminates on a live topic.
     Raises StreamsError if the topic does not exist or the broker does not answer.
     """
-    consumer = Consumer({**client_config, "group.id": f"streams-replay-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer = new_consumer({**client_config, "group.id": f"streams-replay-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
         md = consumer.list_topics(topic, timeout=timeout_s)
         info = md.topics.get(topic)
@@ -139,8 +140,8 @@ def replay_late(client_config: Mapping[str, Any], late_topic: str, partials_topi
         if stats is None:
             stats = groups[(start, event["key"])] = Stats.empty()
         stats.add(event["value"])
-    producer = Producer({**client_config, "enable.idempotence": True, "acks": "all",
-                         "allow.auto.create.topics": False})
+    producer = new_producer({**client_config, "enable.idempotence": True, "acks": "all",
+                             "allow.auto.create.topics": False})
     codec = AvroCodec("aggregate")
     labels = set()
     failures: list[str] = []

@@ -52,6 +52,7 @@ from streams.core.routing.placement import make_placer
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.kafka.admin import ensure_topics, project_topic_specs
+from streams.kafka.clients import new_producer
 from streams.kafka.metrics import WorkerMetrics
 from streams.kafka.monitor import Monitor
 from streams.worker.merge import PartialMerger
@@ -143,7 +144,7 @@ def _writer() -> Producer:
     """The worker's librdkafka producer, created on first use (not at import)."""
     global _writer_instance
     if _writer_instance is None:
-        _writer_instance = Producer(kafka_settings.client_config(**{
+        _writer_instance = new_producer(kafka_settings.client_config(**{
             "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4"}))
     return _writer_instance
 
