@@ -8,7 +8,8 @@ runs: the worker's own decider, fed exact counts) with **default settings** (mod
 murmur2, ``BalancePolicy`` defaults) and prints, side by side from the same keys,
 the partition max/mean under the hash alone and with the directory the decider
 built, how many keys it placed (moved whole / split) and what share of the distinct
-keys that is. The goals of the balancer are checked in the last column.
+keys that is, and the same with ``balance_moves = false`` (splits only: every key
+not split stays where Kafka's hash puts it). The goals are checked in the last column.
 
 Workloads (seeded, UUID keys as a high-cardinality dimension would have):
 
@@ -27,6 +28,7 @@ import sys
 import time
 import uuid
 
+from streams.core.hotkeys.decider import BalancePolicy
 from streams.core.simulate import SimulationReport, simulate
 
 # Goals from the balancer's issue: (max/mean at most, share of distinct keys touched at most).
@@ -57,7 +59,7 @@ def tenants_workload(events: int, seed: int) -> list[str]:
     return rng.choices(small + giants, weights=[0.2 / len(small)] * len(small) + [0.2] * len(giants), k=events)
 
 
-def row(name: str, partitions: int, report: SimulationReport) -> str:
+def row(name: str, partitions: int, report: SimulationReport, splits_only: SimulationReport) -> str:
     moved = sum(len(p.partitions) == 1 for p in report.placed)
     split = len(report.placed) - moved
     goal = GOALS.get((name, partitions))
@@ -71,7 +73,8 @@ def row(name: str, partitions: int, report: SimulationReport) -> str:
             f", <= {goal[1]:.1%} of keys)" if goal[1] < 1 else ")")
     return (f"| {name} | {partitions} | {report.distinct_keys:,} | {report.before.max_over_mean:.2f} | "
             f"{report.after.max_over_mean:.3f} | {len(report.placed)} ({moved} / {split}) | "
-            f"{report.touched_fraction:.3%} | {verdict} |")
+            f"{report.touched_fraction:.3%} | {splits_only.after.max_over_mean:.3f} ({len(splits_only.placed)}) | "
+            f"{verdict} |")
 
 
 def main() -> int:
@@ -85,12 +88,14 @@ def main() -> int:
     workloads += [("uniform", lambda: uniform_workload(events, seed=7)), ("tenants", lambda: tenants_workload(events, 7))]
     print(f"### balance with default settings (mod + murmur2), {events:,} events per workload\n")
     print("| workload | partitions | distinct keys | max/mean, hash only | max/mean, with directory | "
-          "keys placed (moved / split) | of distinct keys | goal |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "keys placed (moved / split) | of distinct keys | splits only: max/mean (keys) | goal |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, make in workloads:
         keys = make()
         for partitions in (12, 48):
-            print(row(name, partitions, simulate(keys, partitions=partitions, source=name)))
+            splits_only = BalancePolicy(partitions=partitions, allow_moves=False)
+            print(row(name, partitions, simulate(keys, partitions=partitions, source=name),
+                      simulate(keys, partitions=partitions, policy=splits_only, source=name)))
     print(f"\n_{time.perf_counter() - started:.1f} s_")
     return 0
 

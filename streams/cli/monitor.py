@@ -51,7 +51,7 @@ the view refreshes every --interval until Ctrl-C; with --json it prints one JSON
 line per interval.
 """
 
-_HOT_HEADERS = ("key", "split", "rate/s", "share", "hot since", "detector")
+_HOT_HEADERS = ("key", "home", "partitions", "rate/s", "share", "placed since", "decider")
 _PARTITION_HEADERS = ("partition", "end offset", "msgs/s", "committed", "lag")
 
 
@@ -59,7 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Add ``monitor`` to ``subparsers``."""
     parser = subparsers.add_parser(
         NAME, help="watch hot keys, events-topic rates and the workers' consumer lag",
-        description="A live view of the hot-keys topic (key, rate, share, split factor, hot since) and of the "
+        description="A live view of the key directory on the hot-keys topic (key, home, partitions, rate, share, "
+                    "placed since) and of the "
                     "events topic (per-partition message rates, the worker group's committed offsets and lag).",
         epilog=_EPILOG, formatter_class=HelpFormatter)
     add_kafka_arguments(parser)
@@ -187,7 +188,9 @@ def _summary(s: Snapshot) -> list[tuple[str, object]]:
 
 def _hot_rows(s: Snapshot, top: int) -> tuple[list[tuple[object, ...]], str]:
     rows: list[tuple[object, ...]] = [
-        (notice_display(n), n.split_factor, n.estimated_rate, f"{n.share * 100:.1f}%",
+        (notice_display(n), n.home,
+         ("move -> " if n.split_factor == 1 else f"split {n.split_factor}: ") + ",".join(map(str, n.placement)),
+         n.estimated_rate, f"{n.share * 100:.1f}%",
          f"{_when(n.hot_since_ms)} ({_ago(n.hot_since_ms, s.taken_at_ms)} ago)", n.detector)
         for n in s.hot_keys[:top]]
     hidden = len(s.hot_keys) - len(rows)

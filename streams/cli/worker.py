@@ -40,8 +40,8 @@ examples:
   streams worker --dry-run --partitions 4          # print the environment and command, start nothing
   streams worker -- --blocking-timeout 5           # anything after -- goes to 'faust worker'
 
-Each setting flag sets the STREAMS_<NAME> variable the app reads (--hot-min-rate is
-STREAMS_HOT_MIN_RATE); settings not given come from the environment, then from the
+Each setting flag sets the STREAMS_<NAME> variable the app reads (--balance-target is
+STREAMS_BALANCE_TARGET); settings not given come from the environment, then from the
 TOML file in --config / $STREAMS_CONFIG, then the defaults. Run one worker per
 process; start more (anywhere) with the same --app-id to share the partitions.
 """

@@ -22,6 +22,8 @@ from streams.core.aggregate import Stats
 from streams.core.config import TopicNames
 from streams.core.ids import uuid7
 from streams.core.partials import LATE_SLOT
+from streams.core.routing.directory import notice_headers
+from streams.core.routing.hashing import kafka_partition
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets
@@ -58,8 +60,17 @@ def read_all(bootstrap: str, topic: str) -> list:
 
 
 def notice(key: str, split_factor: int, rate: float, now_ms: int) -> bytes:
-    return AvroCodec("hot_key_notice").encode({
+    """A version 1 notice (no schema header): a split factor, as deciders before the directory wrote."""
+    return AvroCodec("hot_key_notice_v1").encode({
         "key": key.encode(), "key_display": key, "split_factor": split_factor, "estimated_rate": rate,
+        "share": 0.25, "partitions": 12, "detected_at_ms": now_ms, "hot_since_ms": now_ms - 30_000,
+        "map_version": 1, "detector": "test-detector"})
+
+
+def placement_notice(key: str, placement: list[int], rate: float, now_ms: int) -> bytes:
+    """A version 2 notice: an explicit partition list (send it with notice_headers())."""
+    return AvroCodec("hot_key_notice").encode({
+        "key": key.encode(), "key_display": key, "placement": placement, "home": 0, "estimated_rate": rate,
         "share": 0.25, "partitions": 12, "detected_at_ms": now_ms, "hot_since_ms": now_ms - 30_000,
         "map_version": 1, "detector": "test-detector"})
 
@@ -73,7 +84,8 @@ def test_monitor_once_json_shows_exactly_the_live_hot_keys_the_malformed_count_o
     for key, k, rate in [("alpha", 2, 900.0), ("beta", 3, 800.0), ("gamma", 4, 700.0), ("delta", 5, 600.0)]:
         producer.produce(hot, notice(key, k, rate, now), key.encode())
     producer.produce(hot, None, b"gamma")                           # tombstone: gamma cooled down
-    producer.produce(hot, notice("alpha", 6, 950.0, now), b"alpha")  # the latest notice per key wins
+    producer.produce(hot, placement_notice("alpha", [11, 0, 3, 5, 7, 9], 950.0, now), b"alpha",
+                     headers=notice_headers())                       # the latest notice per key wins (v2)
     producer.produce(hot, b"\x00 not a hot-key notice", b"junk")     # malformed: counted, never shown
     for partition, count in ((0, 7), (1, 3)):
         for i in range(count):
@@ -89,6 +101,9 @@ def test_monitor_once_json_shows_exactly_the_live_hot_keys_the_malformed_count_o
 
     hot_keys = snapshot["hot_keys"]
     assert {k["key"]: k["split_factor"] for k in hot_keys["keys"]} == {"alpha": 6, "beta": 3, "delta": 5}
+    assert hot_keys["keys"][0]["placement"] == [11, 0, 3, 5, 7, 9]
+    beta_home = kafka_partition(b"beta", 12)  # a version 1 notice: k consecutive partitions from the hash home
+    assert hot_keys["keys"][1]["placement"] == [(beta_home + i) % 12 for i in range(3)]
     assert [k["key"] for k in hot_keys["keys"]] == ["alpha", "beta", "delta"], "highest rate first"
     assert (hot_keys["records"], hot_keys["tombstones"], hot_keys["malformed"]) == (7, 1, 1)
     assert hot_keys["keys"][0]["hot_since_ms"] == now - 30_000
@@ -264,11 +279,11 @@ def test_worker_help_and_dry_run_map_each_flag_onto_its_streams_variable_offline
         assert flag in help_text.stdout
     dry = ok_json(streams("worker", "--dry-run", "--json", "--bootstrap-server", "broker:9092", "--partitions", "4",
                           "--bucket-width", "5m", "--grace", "3s", "--metrics-port", "9108", "--app-id", "a1",
-                          "--events-topic", "my.events", "--hot-min-rate", "50", "-l", "debug",
+                          "--events-topic", "my.events", "--balance-target", "1.2", "-l", "debug",
                           "--", "--blocking-timeout", "5"))
     assert dry["env"] == {"STREAMS_BOOTSTRAP_SERVERS": "broker:9092", "STREAMS_PARTITIONS": "4",
                           "STREAMS_BUCKET_WIDTH": "5m", "STREAMS_GRACE": "3s", "STREAMS_METRICS_PORT": "9108",
-                          "STREAMS_APP_ID": "a1", "STREAMS_EVENTS": "my.events", "STREAMS_HOT_MIN_RATE": "50.0"}
+                          "STREAMS_APP_ID": "a1", "STREAMS_EVENTS": "my.events", "STREAMS_BALANCE_TARGET": "1.2"}
     assert dry["command"][0] == str(Path(sys.executable).parent / "faust")
     assert dry["command"][1:] == ["-A", "streams.app", "worker", "--loglevel", "debug", "--without-web",
                                   "--blocking-timeout", "5"]

@@ -70,16 +70,25 @@ def test_zipf_skew_is_balanced_live_by_the_directory_and_aggregated_exactly(kafk
             if decision.partition != home.route(key, 0).partition and key not in first_placed:
                 first_placed[key] = time.time()
         assert producer.flush(30) == 0
-        directory = {bytes(k): v for k, v in router.directory.snapshot().items()}
 
         notices = TopicReader(kafka_bootstrap, names.hot_keys, "hot_key_notice")
-        notices.poll(1.0)
         latest: dict[bytes, dict] = {}
-        for record_key, value in notices.records:  # the compacted topic's current state, as producers fold it
-            if value is None:
-                latest.pop(record_key, None)
-            else:
-                latest[record_key] = value
+
+        def settled(records: list) -> bool:
+            # The topic's current state, as producers fold it, equals the producer's directory. The
+            # decider may still publish a change or two after the traffic stops: wait for it to settle.
+            latest.clear()
+            for record_key, value in records:
+                if value is None:
+                    latest.pop(record_key, None)
+                else:
+                    latest[record_key] = value
+            producer.follower.wait_until_current(10)
+            have = router.directory.snapshot()
+            return {k: tuple(v["placement"]) for k, v in latest.items()} == have
+
+        assert notices.until(settled, 30, worker), (latest, router.directory.snapshot())
+        directory = router.directory.snapshot()
         placed = {v["key_display"]: v for v in latest.values()}
         first_notice: dict[str, float] = {}
         for _, value in notices.records:

@@ -16,7 +16,7 @@ from worker_harness import consume_all
 from streams.core.errors import RoutingMapError
 from streams.core.ids import parse_id
 from streams.core.routing.router import Router, RoutingMap
-from streams.core.routing.directory import HotKeyNotice
+from streams.core.routing.directory import notice_headers
 from streams.core.serde import AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.producer import RoutingProducer
@@ -95,40 +95,52 @@ def test_a_topic_whose_partition_count_no_map_covers_is_refused_with_both_number
     producer.close()
 
 
-def test_the_producer_follows_hot_key_notices_and_rejects_hostile_ones(
+def test_the_producer_follows_placement_notices_and_rejects_hostile_ones(
         kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
     events = make_topic("ev", partitions=8)
     hot = make_topic("hot", partitions=1, config={"cleanup.policy": "compact"})
     router = Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=8, topic=events)])
     codec = AvroCodec("hot_key_notice")
+    v1 = AvroCodec("hot_key_notice_v1")
     now = int(time.time() * 1000)
+    v2 = notice_headers()
 
-    def notice(key: bytes, k: int, partitions: int = 8) -> dict:
-        return {"key": key, "key_display": key.decode(errors="replace")[:50], "split_factor": k,
+    def notice(key: bytes, placement: list[int], partitions: int = 8) -> dict:
+        return {"key": key, "key_display": key.decode(errors="replace")[:50], "placement": placement, "home": 0,
                 "estimated_rate": 1000.0, "share": 0.5, "partitions": partitions, "detected_at_ms": now,
                 "hot_since_ms": now, "map_version": 1, "detector": "test"}
 
+    def old(key: bytes, k: int) -> dict:
+        fields = {n: v for n, v in notice(key, [0]).items() if n not in ("placement", "home")}
+        return {**fields, "split_factor": k}
+
     raw = Producer({"bootstrap.servers": kafka_bootstrap})
-    raw.produce(hot, codec.encode(notice(b"tenant-hot", 4)), b"tenant-hot")
-    raw.produce(hot, codec.encode(notice(b"too-many", 9, partitions=9)), b"too-many")  # beyond our 8 partitions
-    raw.produce(hot, b"\x00\x01garbage", b"garbage")  # wrong schema
-    raw.produce(hot, codec.encode(notice(b"mismatch", 2)), b"other-key")  # key disagrees with record key
-    raw.produce(hot, codec.encode(notice(b"k" * 2000, 2)), b"k" * 2000)  # enormous key
+    raw.produce(hot, codec.encode(notice(b"tenant-hot", [6, 1, 3, 4])), b"tenant-hot", headers=v2)
+    raw.produce(hot, codec.encode(notice(b"mid", [5])), b"mid", headers=v2)  # moved whole
+    raw.produce(hot, v1.encode(old(b"legacy", 2)), b"legacy")  # version 1: no header, a split factor
+    raw.produce(hot, codec.encode(notice(b"too-many", [8, 0], partitions=9)), b"too-many", headers=v2)  # 8 of 8
+    raw.produce(hot, codec.encode(notice(b"twice", [2, 2])), b"twice", headers=v2)  # a repeated partition
+    raw.produce(hot, b"\x00\x01garbage", b"garbage", headers=v2)  # wrong schema
+    raw.produce(hot, codec.encode(notice(b"mismatch", [1, 2])), b"other-key", headers=v2)  # key disagrees
+    raw.produce(hot, codec.encode(notice(b"k" * 2000, [1, 2])), b"k" * 2000, headers=v2)  # enormous key
+    raw.produce(hot, codec.encode(notice(b"who", [1])), b"who", headers=[("streams-schema", b"x/9")])  # unknown
     assert raw.flush(10) == 0
 
     producer = RoutingProducer(router, {"bootstrap.servers": kafka_bootstrap}, hot_keys_topic=hot)
     try:
         assert producer.follower.wait_until_current(30), producer.follower.error
-        assert producer.follower.applied == 1
-        assert producer.follower.rejected == 4
-        assert router.splits.snapshot() == {b"tenant-hot": 4}
+        assert producer.follower.applied == 3
+        assert producer.follower.rejected == 6
+        home = router.home_of(b"legacy")
+        assert router.directory.snapshot() == {b"tenant-hot": (6, 1, 3, 4), b"mid": (5,),
+                                               b"legacy": (home, (home + 1) % 8)}
         parts = {producer.send("tenant-hot").partition for _ in range(400)}
-        assert len(parts) == 4, "a key split 4 ways must use exactly 4 distinct partitions"
+        assert parts == {6, 1, 3, 4}, "a key split over 4 chosen partitions uses exactly those"
+        assert {producer.send("mid").partition for _ in range(20)} == {5}
         assert producer.send("too-many").salt == -1
 
-        raw.produce(hot, None, b"tenant-hot")  # tombstone: unsplit
+        raw.produce(hot, None, b"tenant-hot")  # tombstone: home again
         assert raw.flush(10) == 0
-        assert producer.follower.wait_for(lambda: not router.splits.snapshot(), timeout=10)
+        assert producer.follower.wait_for(lambda: b"tenant-hot" not in router.directory.snapshot(), timeout=10)
     finally:
         producer.close()
-    assert HotKeyNotice.from_record(notice(b"tenant-hot", 4)).split_factor == 4
