@@ -36,7 +36,7 @@ from streams.core.config import TopicNames
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets
-from streams.kafka.admin import ensure_topics, project_topic_specs
+from streams.kafka.admin import TopicSpec, ensure_topics, project_topic_specs
 from streams.kafka.clients import new_consumer, new_producer
 from streams.kafka.producer import RoutingProducer
 
@@ -45,6 +45,7 @@ RATE = 600
 
 
 def round_trip_ms(bootstrap: str, topic: str, n: int = 20) -> float:
+    ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(topic, 1)], timeout_s=30)
     consumer = new_consumer({"bootstrap.servers": bootstrap, "group.id": f"rt-{uuid.uuid4().hex[:6]}",
                              "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
     consumer.subscribe([topic])
@@ -143,7 +144,7 @@ def main() -> int:
             calm = time.monotonic()
             while time.monotonic() - calm < 4:  # let the burst cool down before the next one
                 send(f"bg-{rng.randrange(2_000)}")
-        rt = round_trip_ms(bootstrap, names.routing_maps)
+        rt = round_trip_ms(bootstrap, f"lat-{tag}.round-trip")
         close_lags = bucket_close_lags(bootstrap, names.bucket_closed)
     if not latencies:
         print(f"no burst was split; see {log}")

@@ -101,8 +101,7 @@ def main() -> int:
         logs = Path(os.environ.get("TMPDIR", "/tmp"))
         base = run_worker(bootstrap, topic, n, "baseline_app", {}, logs / f"bench-baseline-{tag}.log")
         names = {f"STREAMS_{k.upper()}": f"bench-{tag}.{k}" for k in
-                 ("hot_keys", "sketches", "partials", "aggregates", "bucket_closed", "late_events", "dead_letters",
-                  "routing_maps")}
+                 ("hot_keys", "sketches", "partials", "aggregates", "bucket_closed", "late_events", "dead_letters")}
         ours = run_worker(bootstrap, topic, n, "streams.app",
                           {**names, "STREAMS_BUCKET_WIDTH": "1m", "STREAMS_GRACE": "5s", "STREAMS_IDLE_TIMEOUT": "5s",
                            "STREAMS_RETENTION": "2h"}, logs / f"bench-worker-{tag}.log")

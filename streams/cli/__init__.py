@@ -32,7 +32,6 @@ import importlib
 import logging
 import math
 import os
-import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -44,7 +43,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from streams import __version__
 from streams.core.config import KafkaSettings, load
-from streams.core.errors import StreamsError
+from streams.core.errors import InvalidBucketError, StreamsError
+from streams.core.time.buckets import parse_duration
 
 __all__ = [
     "COMMANDS",
@@ -209,16 +209,15 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?")
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1_000}
 
 
 def duration_ms(text: str) -> int:
-    """argparse type: a duration like ``500ms``, ``30s``, ``5m``, ``1h``, ``7d`` (bare numbers are seconds), in ms."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 5m, 1h or 7d")
-    return round(float(match.group(1)) * _UNIT_MS[match.group(2)])
+    """argparse type: a duration like ``500ms``, ``30s``, ``5m``, ``1h``, ``7d``, in ms (the settings' grammar:
+    :func:`streams.core.time.buckets.parse_duration`; a bare number is refused)."""
+    try:
+        return parse_duration(text.strip(), "duration")
+    except InvalidBucketError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def duration_s(text: str) -> float:

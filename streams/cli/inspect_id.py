@@ -7,7 +7,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from streams.cli import HelpFormatter, print_fields, print_json
-from streams.core.ids import DISCORD_LAYOUT, SONYFLAKE_LAYOUT, TWITTER_LAYOUT, IdKind, parse_id
+from streams.core.ids import (
+    DISCORD_LAYOUT,
+    SONYFLAKE_LAYOUT,
+    TWITTER_LAYOUT,
+    IdKind,
+    parse_id,
+)
 from streams.core.time.buckets import TimeBuckets
 
 NAME = "inspect-id"

@@ -35,7 +35,12 @@ from streams.core.routing.placement import HASHES, PLACEMENTS
 from streams.core.routing.router import BUCKET_PLACEHOLDER, Router, RoutingMap
 from streams.core.simulate import iter_keys
 from streams.core.time.buckets import TimeBuckets
-from streams.kafka.admin import TopicNotFoundError, TopicSpec, ensure_topics, topic_partitions
+from streams.kafka.admin import (
+    TopicNotFoundError,
+    TopicSpec,
+    ensure_topics,
+    topic_partitions,
+)
 from streams.kafka.metrics import ProducerMetrics
 from streams.kafka.producer import DeliveryStats, RoutingProducer
 
@@ -80,7 +85,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     amount = parser.add_argument_group("how much")
     which = amount.add_mutually_exclusive_group()
     which.add_argument("--count", type=positive_int, metavar="N", help=f"events to send (default: {DEFAULT_COUNT})")
-    which.add_argument("--duration", type=duration_s, metavar="S", help="send for this long, e.g. 30 or 30s or 5m")
+    which.add_argument("--duration", type=duration_s, metavar="S", help="send for this long, e.g. 30s or 5m")
     amount.add_argument("--rate", type=non_negative_float, default=0.0, metavar="R",
                         help="target events/s; 0 = as fast as possible (default: 0)")
     events = parser.add_argument_group("events")
@@ -244,7 +249,13 @@ class _Progress:
         if not sys.stderr.isatty():
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         total = count if count is not None else (rate * duration_s if rate and duration_s else None)
         self._bar = Progress(TextColumn("sending"), BarColumn(), MofNCompleteColumn(),

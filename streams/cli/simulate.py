@@ -8,11 +8,25 @@ from __future__ import annotations
 
 import argparse
 
-from streams.cli import HelpFormatter, non_negative_float, positive_int, print_fields, print_json, print_table
+from streams.cli import (
+    HelpFormatter,
+    non_negative_float,
+    positive_int,
+    print_fields,
+    print_json,
+    print_table,
+)
 from streams.core.errors import ConfigError, StreamsError
 from streams.core.hotkeys.decider import BalancePolicy
 from streams.core.routing.placement import HASHES, PLACEMENTS
-from streams.core.simulate import DISTRIBUTIONS, SimulationReport, Workload, generate_keys, read_keys, simulate
+from streams.core.simulate import (
+    DISTRIBUTIONS,
+    SimulationReport,
+    Workload,
+    generate_keys,
+    read_keys,
+    simulate,
+)
 
 NAME = "simulate"
 _SHOWN_PARTITIONS = 64

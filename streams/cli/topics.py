@@ -22,7 +22,12 @@ from streams.core.config import ProducerSettings, TopicNames, WorkerSettings, lo
 from streams.core.errors import ConfigError
 from streams.core.routing.router import BUCKET_PLACEHOLDER
 from streams.core.time.buckets import TimeBuckets
-from streams.kafka.admin import describe_topics, ensure_topics, project_topic_specs, roll_bucket_topics
+from streams.kafka.admin import (
+    describe_topics,
+    ensure_topics,
+    project_topic_specs,
+    roll_bucket_topics,
+)
 
 NAME = "topics"
 _ROLES = tuple(f.name for f in dataclasses.fields(TopicNames))
@@ -35,8 +40,8 @@ examples:
   streams topics roll --template 'events.{bucket}' --bucket-width 1h --ahead 2 --retention 1d --dry-run
 
 Topic names come from the configuration (TopicNames: $STREAMS_<ROLE>, [topics] in
-$STREAMS_CONFIG) unless given with --<role>-topic. hot-keys, aggregates and
-routing-maps are compacted; the others use the delete policy.
+$STREAMS_CONFIG) unless given with --<role>-topic. hot-keys and aggregates
+are compacted; the others use the delete policy.
 """
 
 
@@ -58,7 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     create.add_argument("--partitions", type=positive_int, metavar="N",
                         help="partitions of data topics (default: 12, or $STREAMS_PARTITIONS)")
     create.add_argument("--control-partitions", type=positive_int, default=1, metavar="N",
-                        help="partitions of control topics: sketches, hot-keys, routing-maps, bucket-closed, "
+                        help="partitions of control topics: sketches, hot-keys, bucket-closed, "
                              "dead-letters (default: 1)")
     create.add_argument("--replication-factor", type=int, default=-1, metavar="N",
                         help="replicas per partition (default: -1, the broker's default)")

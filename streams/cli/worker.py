@@ -19,7 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from streams.cli import HelpFormatter, add_kafka_arguments, duration_s, kafka_client_config, print_json
+from streams.cli import (
+    HelpFormatter,
+    add_kafka_arguments,
+    duration_s,
+    kafka_client_config,
+    print_json,
+)
 from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load
 from streams.core.errors import StreamsError
 from streams.core.time.buckets import TimeBuckets, parse_duration

@@ -22,7 +22,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from streams.core.errors import SerializationError
+from streams.core.errors import InvalidArgumentError, SerializationError
+from streams.core.validate import require_int
 
 __all__ = ["Stats", "MAX_PARTIALS"]
 
@@ -91,7 +92,7 @@ class Stats:
         """Count one event and, unless ``value`` is None, its measure.
 
         An int or a float subclass is converted to the nearest float. Raises ValueError for NaN or
-        +/-inf, TypeError for a non-number (bool included), OverflowError for an int
+        +/-inf, InvalidArgumentError for a non-number (bool included), OverflowError for an int
         beyond the float range or a sum that leaves it; in every case nothing is counted.
         """
         if value is None:
@@ -100,7 +101,7 @@ class Stats:
         if value.__class__ is not float:
             value = _as_float(value)
         if value - value:  # NaN for NaN and +/-inf, 0.0 for every finite value
-            raise ValueError(f"measure must be a finite float, got {value!r}")
+            raise InvalidArgumentError(f"measure must be a finite float, got {value!r}")
         buffer = self._buffer
         buffer.append(value)
         if len(buffer) >= _FOLD_AT:
@@ -178,11 +179,11 @@ class Stats:
     def merge(self, other: Stats) -> Stats:
         """A new Stats of both operands' events; exact, so any merge order gives equal results.
 
-        Raises TypeError if ``other`` is not a Stats, OverflowError if the merged sum
+        Raises InvalidArgumentError if ``other`` is not a Stats, OverflowError if the merged sum
         leaves the float range.
         """
         if not isinstance(other, Stats):
-            raise TypeError(f"can only merge a Stats, got {type(other).__name__}")
+            raise InvalidArgumentError(f"can only merge a Stats, got {type(other).__name__}")
         merged = Stats()
         merged._partials = _canonical(self._partials + self._buffer + other._partials + other._buffer)
         merged._nones = self._nones + other._nones
@@ -259,14 +260,11 @@ class Stats:
 def _as_float(value: object) -> float:
     if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
         return float(value)  # a float subclass (numpy.float64) or an int; OverflowError beyond the float range
-    raise TypeError(f"measure must be a float, an int or None, got {type(value).__name__}")
+    raise InvalidArgumentError(f"measure must be a float, an int or None, got {type(value).__name__}")
 
 
 def _record_int(record: Mapping[str, Any], name: str, high: int) -> int:
-    value = record[name]
-    if value.__class__ is not int or not 0 <= value <= high:
-        raise SerializationError(f"stats record field {name!r} must be an int in 0..{high}, got {value!r:.80}")
-    return value  # type: ignore[no-any-return]
+    return require_int(f"stats record field {name!r}", record[name], 0, high, SerializationError)
 
 
 def _record_float(value: Any, name: str) -> float:

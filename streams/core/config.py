@@ -28,7 +28,7 @@ from typing import Any, TypeVar, get_type_hints
 from streams.core.errors import ConfigError
 from streams.core.hotkeys.decider import BalancePolicy
 from streams.core.routing.placement import HASHES, PLACEMENTS, PLACERS
-from streams.core.validate import require
+from streams.core.validate import require, require_topic
 
 __all__ = ["KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS"]
 
@@ -78,14 +78,10 @@ class TopicNames:
     bucket_closed: str = "streams.bucket-closed"
     late_events: str = "streams.late-events"
     dead_letters: str = "streams.dead-letters"
-    routing_maps: str = "streams.routing-maps"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            name = getattr(self, f.name)
-            plain = name.replace("{bucket}", "")
-            ok = 0 < len(name) <= 200 and all(c.isascii() and (c.isalnum() or c in "._-") for c in plain)
-            require(ok, f.name, "a Kafka topic name of [A-Za-z0-9._-], at most 200 characters", name)
+            require_topic(f.name, getattr(self, f.name), template=f.name == "events")
 
 
 @dataclass(frozen=True)
@@ -100,7 +96,6 @@ class ProducerSettings:
     serializer: str = "json"
     id_kind: str = "uuid7"
     snowflake_worker: int = 0
-    follow_hot_keys: bool = True
 
     def __post_init__(self) -> None:
         require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
@@ -145,7 +140,6 @@ class WorkerSettings:
     balance_hold_s: float = 10.0
     sketch_capacity: int = 4096
     metrics_port: int = 0
-    guarantee: str = "at_least_once"
     session_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
@@ -161,8 +155,6 @@ class WorkerSettings:
         require(0 <= self.metrics_port <= 65535, "metrics_port", "an int in [0, 65535] (0: off)", self.metrics_port)
         require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
                  self.session_timeout_s)
-        require(self.guarantee in ("at_least_once", "exactly_once"), "guarantee", "'at_least_once' or 'exactly_once'",
-                 self.guarantee)
 
     def balance_policy(self) -> BalancePolicy:
         """The decider's policy from the ``balance_*`` settings (``settle_s`` is the window).

@@ -18,6 +18,8 @@ __all__ = [
     "RoutingMapError",
     "SerializationError",
     "HotKeyNoticeError",
+    "InvalidArgumentError",
+    "DeliveryError",
 ]
 
 
@@ -66,3 +68,15 @@ class SerializationError(StreamsError, ValueError):
 
 class HotKeyNoticeError(StreamsError, ValueError):
     """A hot-key notice from the control topic is malformed or hostile."""
+
+
+class InvalidArgumentError(StreamsError, ValueError, TypeError):
+    """An argument to a library function has the wrong type or is out of range.
+
+    Also a ValueError and a TypeError, so callers written against the built-in
+    exceptions keep working.
+    """
+
+
+class DeliveryError(StreamsError):
+    """Records could not be written to Kafka (the broker refused them or did not acknowledge in time)."""

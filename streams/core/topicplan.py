@@ -14,7 +14,8 @@ from typing import NamedTuple
 from streams.core.errors import ConfigError, InvalidBucketError
 from streams.core.routing.router import BUCKET_PLACEHOLDER
 from streams.core.time.buckets import Bucket, TimeBuckets
-from streams.core.time.eventtime import check_config_int, check_ms
+from streams.core.time.eventtime import check_ms
+from streams.core.validate import require_int
 
 __all__ = ["TopicPlan", "plan_bucket_topics"]
 
@@ -53,8 +54,8 @@ def plan_bucket_topics(
         raise ConfigError(f"template may hold only [A-Za-z0-9._-] outside {BUCKET_PLACEHOLDER}: {template!r}")
     if not isinstance(buckets, TimeBuckets):
         raise ConfigError(f"buckets must be a TimeBuckets, got {type(buckets).__name__}")
-    ahead = check_config_int(ahead, "ahead", 0, 10_000)
-    retention_ms = check_config_int(retention_ms, "retention_ms", 0)
+    ahead = require_int("ahead", ahead, 0, 10_000)
+    retention_ms = require_int("retention_ms", retention_ms, 0)
     now = check_ms(now_ms, "now_ms")
     prefix, suffix = template.split(BUCKET_PLACEHOLDER)
     have = set(existing)

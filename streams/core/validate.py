@@ -1,23 +1,72 @@
-"""One way to reject a bad setting (``require``) or a malformed record (``require_fields``).
+"""The one home of the project's input checks: settings, record fields, ints, topic names.
 
-Every settings class validates through it, so every message reads the same:
-``<name> must be <allowed>, got <value>``.
+Every settings class and record reader validates through these, so every message
+reads the same: ``<name> must be <allowed>, got <value>``. Each function takes the
+error class to raise (ConfigError by default), so a routing map raises
+RoutingMapError and a hostile notice HotKeyNoticeError with the same wording.
+Durations have one grammar too, :func:`streams.core.time.buckets.parse_duration`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from streams.core.errors import ConfigError, StreamsError
 
-__all__ = ["require", "require_fields"]
+__all__ = ["BUCKET_PLACEHOLDER", "MAX_TOPIC_LENGTH", "require", "require_fields", "require_int", "require_topic"]
+
+#: Marks a topic template: one topic per bucket, e.g. ``"events.{bucket}"``.
+BUCKET_PLACEHOLDER = "{bucket}"
+#: Kafka's limit on a topic name's length.
+MAX_TOPIC_LENGTH = 249
+_LONGEST_LABEL = "00000000T000000Z"  # the longest bucket label a template's {bucket} becomes
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
 
 
 def require(ok: bool, name: str, allowed: str, value: Any, error: type[StreamsError] = ConfigError) -> None:
     """Raise ``error`` (ConfigError by default) naming the field, the allowed range and the value, unless ``ok``."""
     if not ok:
         raise error(f"{name} must be {allowed}, got {value!r}")
+
+
+def require_int(name: str, value: object, low: int, high: int | None = None,
+                error: type[StreamsError] = ConfigError) -> int:
+    """Return ``value`` if it is an int (not a bool) in ``[low, high]`` (no upper bound if None), else raise ``error``.
+
+    The message names the field and the range: ``worker_id must be an int in [0, 1023], got -1``.
+    """
+    if value.__class__ is not int or value < low or (high is not None and value > high):  # type: ignore[operator]
+        allowed = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        shown = repr(value) if value.__class__ is int else f"{value!r:.80} ({type(value).__name__})"
+        raise error(f"{name} must be an int {allowed}, got {shown}")
+    return value  # type: ignore[return-value]
+
+
+def require_topic(name: str, value: object, *, template: bool = True, error: type[StreamsError] = ConfigError) -> str:
+    """Return ``value`` if it is a Kafka topic name, else raise ``error`` naming ``name``.
+
+    Kafka's rule: 1..249 characters of ``[A-Za-z0-9._-]``, not ``.`` or ``..``. With
+    ``template`` a name may hold ``{bucket}`` once, and must still fit when it becomes
+    the longest bucket label.
+    """
+    if value.__class__ is not str:
+        raise error(f"{name} must be a topic name (str), got {type(value).__name__}")
+    text: str = value  # type: ignore[assignment]
+    holes = text.count(BUCKET_PLACEHOLDER)
+    if holes > (1 if template else 0):
+        raise error(f"{name} must be a Kafka topic name" + (f" holding {BUCKET_PLACEHOLDER} at most once" if template
+                    else f" without {BUCKET_PLACEHOLDER}") + f", got {text!r}")
+    longest = text.replace(BUCKET_PLACEHOLDER, _LONGEST_LABEL)
+    if not 1 <= len(longest) <= MAX_TOPIC_LENGTH or longest in (".", ".."):
+        with_label = f" (with {BUCKET_PLACEHOLDER} as a {len(_LONGEST_LABEL)}-character label)" if holes else ""
+        raise error(f"{name} must be a Kafka topic name of 1..{MAX_TOPIC_LENGTH} characters{with_label}, "
+                    f"other than '.' and '..', got {text!r}")
+    if _TOPIC_CHARS.fullmatch(text.replace(BUCKET_PLACEHOLDER, "")) is None:
+        raise error(f"{name} must be a Kafka topic name of [A-Za-z0-9._-] only"
+                    + (f" outside {BUCKET_PLACEHOLDER}" if holes else "") + f", got {text!r}")
+    return text
 
 
 def require_fields(record: object, fields: frozenset[str], what: str, error: type[StreamsError]) -> None:

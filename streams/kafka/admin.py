@@ -5,10 +5,10 @@ An edge module (it talks to the cluster through ``confluent_kafka.admin.AdminCli
 * :func:`project_topic_specs` says what the project's topics (:class:`~streams.core.config.TopicNames`)
   should look like. Topics holding the *latest value per key* are compacted:
   ``hot_keys`` (one notice per key), ``aggregates`` (a late correction replaces the
-  value emitted at close) and ``routing_maps`` (one record per map version).
+  value emitted at close).
   Streams of facts use the delete policy: ``events``, ``sketches``, ``partials``,
   ``late_events``, ``dead_letters`` and ``bucket_closed``. Control topics
-  (``sketches``, ``hot_keys``, ``routing_maps``, ``bucket_closed``, ``dead_letters``)
+  (``sketches``, ``hot_keys``, ``bucket_closed``, ``dead_letters``)
   get ``control_partitions`` (1: one ordered log, and one hot-key decider reading
   the sketches), data topics ``partitions``; the same counts the faust app creates.
   A topic template (``events.{bucket}``) is not a topic: :func:`roll_bucket_topics`
@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, ConfigSource, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    ClusterMetadata,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 
 from streams.core.config import TopicNames, redact
 from streams.core.errors import ConfigError, StreamsError
@@ -62,9 +69,9 @@ __all__ = [
 ]
 
 #: TopicNames fields whose topics are compacted (latest value per key).
-COMPACTED_ROLES = frozenset({"hot_keys", "aggregates", "routing_maps"})
+COMPACTED_ROLES = frozenset({"hot_keys", "aggregates"})
 #: TopicNames fields whose topics are small control logs (``control_partitions``).
-CONTROL_ROLES = frozenset({"sketches", "hot_keys", "routing_maps", "bucket_closed", "dead_letters"})
+CONTROL_ROLES = frozenset({"sketches", "hot_keys", "bucket_closed", "dead_letters"})
 
 _UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
                           KafkaError._RESOLVE})

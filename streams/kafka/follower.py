@@ -25,8 +25,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from streams.core.config import redact
 from streams.core.errors import HotKeyNoticeError, SerializationError
-from streams.core.routing.router import Router
 from streams.core.routing.directory import decode_notice, notice_schema
+from streams.core.routing.router import Router
 from streams.kafka.clients import new_consumer
 
 __all__ = ["HotKeyFollower"]

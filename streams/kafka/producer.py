@@ -33,7 +33,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from streams.core.config import KafkaSettings, redact
-from streams.core.errors import ConfigError, RoutingMapError, SerializationError, StreamsError
+from streams.core.errors import (
+    ConfigError,
+    RoutingMapError,
+    SerializationError,
+    StreamsError,
+)
 from streams.core.ids import IdKind, Snowflake, UUIDv7Generator, id_time_ms, parse_id
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.router import Router, RoutingDecision

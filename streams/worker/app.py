@@ -43,7 +43,12 @@ import orjson
 from confluent_kafka import Producer
 
 from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load
-from streams.core.errors import ConfigError, HotKeyNoticeError, SerializationError
+from streams.core.errors import (
+    ConfigError,
+    DeliveryError,
+    HotKeyNoticeError,
+    SerializationError,
+)
 from streams.core.hotkeys.decider import BalanceDecider, Decision, max_over_mean
 from streams.core.hotkeys.sketch import SketchSummary, merge_summaries
 from streams.core.routing.directory import HotKeyNotice, encode_notice, notice_headers
@@ -218,7 +223,7 @@ def _flush_writes() -> None:
     if remaining or _write_errors:
         error = _write_errors[0] if _write_errors else f"{remaining} records unacknowledged after 30 s"
         del _write_errors[:]
-        raise RuntimeError(f"the worker could not write to Kafka ({error}): stopping before acknowledging input")
+        raise DeliveryError(f"the worker could not write to Kafka ({error}): stopping before acknowledging input")
 
 
 FLUSH_EVERY = 2000

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-from test_cli_broker import delete_if_there, ok_json, one_error_line, streams, topics_now
+from test_cli_broker import (
+    delete_if_there,
+    ok_json,
+    one_error_line,
+    streams,
+    topics_now,
+)
 
 from streams.core.aggregate import Stats
 from streams.core.config import TopicNames
@@ -133,7 +139,7 @@ def test_monitor_against_an_unreachable_broker_fails_with_one_line_and_status_1(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     started = time.monotonic()
-    line = one_error_line(streams("monitor", "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "2", "--once"))
+    line = one_error_line(streams("monitor", "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "2s", "--once"))
     assert "cannot reach the Kafka cluster" in line and f"127.0.0.1:{port}" in line
     assert time.monotonic() - started < 20
 

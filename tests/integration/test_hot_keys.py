@@ -6,7 +6,11 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from test_worker_buckets import aggregates_by_slot, keys_covering_partitions, wait_for_topic
+from test_worker_buckets import (
+    aggregates_by_slot,
+    keys_covering_partitions,
+    wait_for_topic,
+)
 from worker_harness import TopicReader, running_worker
 
 from streams.core.aggregate import Stats

@@ -15,8 +15,8 @@ from worker_harness import consume_all
 
 from streams.core.errors import RoutingMapError
 from streams.core.ids import parse_id
-from streams.core.routing.router import Router, RoutingMap
 from streams.core.routing.directory import notice_headers
+from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.producer import RoutingProducer

@@ -243,7 +243,7 @@ def test_produce_to_an_unreachable_broker_fails_with_one_line_in_bounded_time() 
 
 def test_topics_describe_against_an_unreachable_broker_honours_the_timeout() -> None:
     started = time.monotonic()
-    line = one_error_line(streams("topics", "describe", "--bootstrap-server", "127.0.0.1:1", "--timeout", "2"))
+    line = one_error_line(streams("topics", "describe", "--bootstrap-server", "127.0.0.1:1", "--timeout", "2s"))
     assert "within 2 s" in line
     assert time.monotonic() - started < 15
 

@@ -6,13 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from streams.core.config import KafkaSettings, ProducerSettings, TopicNames, WorkerSettings, load, redact
+from streams.core.config import (
+    KafkaSettings,
+    ProducerSettings,
+    TopicNames,
+    WorkerSettings,
+    load,
+    redact,
+)
 from streams.core.errors import ConfigError
 
 
 def test_environment_variables_override_defaults_and_are_coerced_to_the_field_type() -> None:
-    s = load(ProducerSettings, env={"STREAMS_PARTITIONS": "24", "STREAMS_FOLLOW_HOT_KEYS": "false"})
-    assert s.partitions == 24 and s.follow_hot_keys is False
+    s = load(ProducerSettings, env={"STREAMS_PARTITIONS": "24", "STREAMS_SNOWFLAKE_WORKER": "7"})
+    assert s.partitions == 24 and s.snowflake_worker == 7
+    w = load(WorkerSettings, env={"STREAMS_BALANCE_MOVES": "false"})
+    assert w.balance_moves is False
 
 
 def test_toml_file_then_env_then_keywords_win_in_that_order(tmp_path: Path) -> None:

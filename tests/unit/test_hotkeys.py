@@ -7,7 +7,6 @@ import math
 import random
 import zlib
 from collections import Counter
-from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +14,12 @@ from hypothesis import strategies as st
 
 from streams.core.errors import ConfigError, HotKeyNoticeError
 from streams.core.hotkeys.decider import BalanceDecider, BalancePolicy, max_over_mean
-from streams.core.hotkeys.sketch import MAX_SUMMARY_ITEMS, MergedView, SketchSummary, SlidingSketch, merge_summaries
+from streams.core.hotkeys.sketch import (
+    MAX_SUMMARY_ITEMS,
+    SketchSummary,
+    SlidingSketch,
+    merge_summaries,
+)
 
 # --- a realistic workload: Zipf plus elephants, three instances -------------------------
 

@@ -22,7 +22,13 @@ from streams.core.errors import (
 )
 from streams.core.routing.hashing import jump_hash, kafka_partition, murmur2
 from streams.core.routing.placement import HASHES, PLACEMENTS, make_placer
-from streams.core.routing.router import UNSPLIT, Router, RoutingDecision, RoutingMap, partition_for
+from streams.core.routing.router import (
+    UNSPLIT,
+    Router,
+    RoutingDecision,
+    RoutingMap,
+    partition_for,
+)
 from streams.core.time.buckets import TimeBuckets
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

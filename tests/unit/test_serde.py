@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.core.errors import SerializationError
-from streams.core.serde import AvroCodec, JsonCodec, codec_for, load_schema, schema_files
+from streams.core.serde import (
+    AvroCodec,
+    JsonCodec,
+    codec_for,
+    load_schema,
+    schema_files,
+)
 
 EVENT = {"id": "0190a0b1-7c2d-7abc-8def-0123456789ab", "id_kind": "uuid7", "ts_ms": 1_700_000_000_000,
          "key": "tenant-1", "value": 2.5, "attributes": {"region": "eu"}}

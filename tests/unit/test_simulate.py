@@ -14,10 +14,16 @@ import pytest
 from streams.core.errors import ConfigError, RoutingMapError
 from streams.core.hotkeys.decider import BalanceDecider, BalancePolicy
 from streams.core.hotkeys.sketch import MergedView
+from streams.core.routing.directory import salt_for
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
-from streams.core.routing.directory import salt_for
-from streams.core.simulate import Workload, generate_keys, iter_keys, read_keys, simulate
+from streams.core.simulate import (
+    Workload,
+    generate_keys,
+    iter_keys,
+    read_keys,
+    simulate,
+)
 
 
 def direct_loads(keys: list[str], partitions: int, placement: str, hash_name: str,

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from streams.core.errors import InvalidArgumentError
 from streams.core.hotkeys.sketch import MergedView
 from streams.core.validate import require
 
@@ -311,10 +312,10 @@ class BalanceDecider:
         Nothing is decided when the policy is disabled, the view misses a partition's
         rate (an instance has not reported yet: planning on a partial view would pile
         keys onto the silent partitions), or the last change has not settled. Raises
-        ValueError if ``now_s`` is not finite.
+        InvalidArgumentError if ``now_s`` is not finite.
         """
         if not math.isfinite(now_s):
-            raise ValueError(f"now_s must be a finite number of seconds, got {now_s!r}")
+            raise InvalidArgumentError(f"now_s must be a finite number of seconds, got {now_s!r}")
         policy = self.policy
         n = policy.partitions
         if not policy.enabled or now_s < self._settled_at_s:

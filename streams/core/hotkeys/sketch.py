@@ -34,7 +34,7 @@ from typing import Any
 
 from datasketches import frequent_items_error_type, frequent_strings_sketch
 
-from streams.core.errors import HotKeyNoticeError
+from streams.core.errors import HotKeyNoticeError, InvalidArgumentError
 from streams.core.validate import require
 
 try:  # the C loop behind Counter.update, without its per-call isinstance check
@@ -129,14 +129,14 @@ class SlidingSketch:
     def add(self, key: str, now_s: float, weight: int = 1) -> None:
         """Count ``weight`` events of ``key`` at time ``now_s`` (seconds, any epoch).
 
-        Raises ValueError if ``now_s`` is not finite or ``weight`` is not an int >= 1.
+        Raises InvalidArgumentError if ``now_s`` is not finite or ``weight`` is not an int >= 1.
         A key that is not an encodable str is dropped at flush time and counted in
         :attr:`rejected`.
         """
         if not now_s < self._edge:
             self._advance(now_s)
         if weight.__class__ is not int or weight < 1:
-            raise ValueError(f"weight must be an int >= 1, got {weight!r}")
+            raise InvalidArgumentError(f"weight must be an int >= 1, got {weight!r}")
         pending = self._pending
         pending[key] = pending.get(key, 0) + weight
         if len(pending) >= self.capacity:
@@ -146,7 +146,7 @@ class SlidingSketch:
         """Count ``weight`` events read from source ``partition`` at time ``now_s``.
 
         Summaries report these counts so the decider knows every partition's load.
-        Raises ValueError if ``now_s`` is not finite.
+        Raises InvalidArgumentError if ``now_s`` is not finite.
         """
         if not now_s < self._edge:
             self._advance(now_s)
@@ -171,7 +171,7 @@ class SlidingSketch:
 
         Key counts are upper bounds (see :class:`SketchSummary`); partition counts are
         exact, one per partition counted in the window or named in ``partitions``
-        (the ones this instance owns: a quiet partition reports 0, not nothing). Raises ValueError if
+        (the ones this instance owns: a quiet partition reports 0, not nothing). Raises InvalidArgumentError if
         ``now_s`` is not finite, ConfigError if ``top`` is not in 1..MAX_SUMMARY_ITEMS,
         HotKeyNoticeError if ``instance`` is not a str of at most MAX_KEY_CHARS.
         """
@@ -205,7 +205,7 @@ class SlidingSketch:
 
     def _advance(self, now_s: float) -> None:
         if not math.isfinite(now_s):
-            raise ValueError(f"now_s must be a finite number of seconds, got {now_s!r}")
+            raise InvalidArgumentError(f"now_s must be a finite number of seconds, got {now_s!r}")
         epoch = math.floor(now_s / self._slice_s)
         if self._epoch is not None and epoch <= self._epoch:
             return  # float rounding at a slice edge, or time stepped back: stay in this slice

@@ -12,7 +12,11 @@ are its cheap shortcuts for the router (bucket time, salt bytes). Generators tak
 an injectable clock (and Snowflake a sleep) so tests replay clock jumps exactly.
 """
 
-from streams.core.errors import ClockMovedBackwardsError, IdSpaceExhaustedError, InvalidIdError
+from streams.core.errors import (
+    ClockMovedBackwardsError,
+    IdSpaceExhaustedError,
+    InvalidIdError,
+)
 from streams.core.ids.clock import Clock, Sleep, system_clock_ms
 from streams.core.ids.parse import IdKind, ParsedId, id_bytes, id_time_ms, parse_id
 from streams.core.ids.snowflake import (

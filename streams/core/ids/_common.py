@@ -6,30 +6,13 @@ import os
 import weakref
 from typing import Protocol
 
-from streams.core.errors import ConfigError
-
-
-def require_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    """Return ``value`` if it is an int (not a bool) in [low, high], else raise ConfigError.
-
-    The message names the field and the allowed range, e.g.
-    ``worker_id must be an int in [0, 1023], got -1``.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an int {_range(low, high)}, got {value!r} ({type(value).__name__})")
-    if value < low or (high is not None and value > high):
-        raise ConfigError(f"{name} must be an int {_range(low, high)}, got {value!r}")
-    return value
-
-
-def _range(low: int, high: int | None) -> str:
-    return f"in [{low}, {high}]" if high is not None else f">= {low}"
+from streams.core.errors import InvalidArgumentError
 
 
 def check_batch_size(n: object) -> int:
-    """Return ``n`` if it is an int >= 0, else raise ValueError."""
+    """Return ``n`` if it is an int >= 0, else raise InvalidArgumentError."""
     if type(n) is not int or n < 0:
-        raise ValueError(f"n must be an int >= 0, got {n!r} ({type(n).__name__})")
+        raise InvalidArgumentError(f"n must be an int >= 0, got {n!r} ({type(n).__name__})")
     return n
 
 

@@ -20,9 +20,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from streams.core.errors import ClockMovedBackwardsError, ConfigError, IdSpaceExhaustedError
-from streams.core.ids._common import check_batch_size, require_int, reset_after_fork
+from streams.core.errors import (
+    ClockMovedBackwardsError,
+    ConfigError,
+    IdSpaceExhaustedError,
+)
+from streams.core.ids._common import check_batch_size, reset_after_fork
 from streams.core.ids.clock import Clock, Sleep
+from streams.core.validate import require_int
 
 __all__ = [
     "SnowflakeLayout",

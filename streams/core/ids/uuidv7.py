@@ -45,8 +45,9 @@ from operator import or_, rshift
 from uuid import UUID, SafeUUID
 
 from streams.core.errors import ConfigError, IdSpaceExhaustedError
-from streams.core.ids._common import check_batch_size, require_int, reset_after_fork
+from streams.core.ids._common import check_batch_size, reset_after_fork
 from streams.core.ids.clock import Clock
+from streams.core.validate import require_int
 
 __all__ = ["UUIDv7Generator", "uuid7"]
 

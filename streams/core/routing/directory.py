@@ -34,10 +34,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.errors import ConfigError, HotKeyNoticeError, InvalidIdError
+from streams.core.errors import (
+    ConfigError,
+    HotKeyNoticeError,
+    InvalidArgumentError,
+    InvalidIdError,
+)
 from streams.core.routing.hashing import MAX_KEY_BYTES, xxh3_64
 from streams.core.serde import AvroCodec
-from streams.core.validate import require_fields
+from streams.core.validate import require_fields, require_int
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -107,10 +112,10 @@ def _event_id_bytes_slow(event_id: object) -> bytes:
 def salt_for(event_id: object, k: int) -> int:
     """The salt ``xxh3_64(event_id_bytes(event_id)) % k`` of an event, in ``[0, k)``.
 
-    Raises InvalidIdError for a bad event ID, ValueError if ``k`` < 1.
+    Raises InvalidIdError for a bad event ID, InvalidArgumentError if ``k`` < 1.
     """
     if k.__class__ is not int or k < 1:
-        raise ValueError(f"split factor must be an int >= 1, got {k!r}")
+        raise InvalidArgumentError(f"split factor must be an int >= 1, got {k!r}")
     return xxh3_64(event_id_bytes(event_id)) % k
 
 
@@ -123,12 +128,7 @@ def salted_key(key: bytes, salt: int) -> bytes:
 
 
 def _int_field(record: Mapping[str, Any], name: str, low: int, high: int) -> int:
-    value = record[name]
-    if value.__class__ is not int:
-        raise HotKeyNoticeError(f"hot-key notice field {name!r} must be an int, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise HotKeyNoticeError(f"hot-key notice field {name!r} must be in {low}..{high}, got {value}")
-    return value  # type: ignore[no-any-return]
+    return require_int(f"hot-key notice field {name!r}", record[name], low, high, HotKeyNoticeError)
 
 
 def _float_field(record: Mapping[str, Any], name: str, low: float, high: float) -> float:

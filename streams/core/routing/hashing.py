@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 import xxhash
 
-from streams.core.errors import InvalidKeyError
+from streams.core.errors import InvalidArgumentError, InvalidKeyError
 
 __all__ = [
     "MURMUR2_IMPLEMENTATION",
@@ -224,11 +224,11 @@ def _murmur2_unsigned(data: bytes) -> int:
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 of ``data``: the signed 32-bit int the Java client returns.
 
-    Equal to ``Utils.murmur2`` in Apache Kafka for every input. Raises TypeError if
+    Equal to ``Utils.murmur2`` in Apache Kafka for every input. Raises InvalidArgumentError if
     ``data`` is not ``bytes``.
     """
     if data.__class__ is not bytes:
-        raise TypeError(f"murmur2 needs bytes, got {type(data).__name__}")
+        raise InvalidArgumentError(f"murmur2 needs bytes, got {type(data).__name__}")
     h = _murmur2_unsigned(data)
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
@@ -242,21 +242,21 @@ def kafka_partition(key_bytes: bytes, n: int) -> int:
     """The partition Kafka's clients pick for a keyed record: ``toPositive(murmur2(key)) % n``.
 
     Identical to the Java client's ``BuiltInPartitioner.partitionForKey``, aiokafka's
-    ``DefaultPartitioner`` and librdkafka's ``murmur2_random``. Raises ValueError if
-    ``n`` is not an int >= 1, TypeError if ``key_bytes`` is not bytes.
+    ``DefaultPartitioner`` and librdkafka's ``murmur2_random``. Raises InvalidArgumentError if
+    ``n`` is not an int >= 1, InvalidArgumentError if ``key_bytes`` is not bytes.
     """
     if n.__class__ is not int or n < 1:
-        raise ValueError(f"partition count must be an int >= 1, got {n!r}")
+        raise InvalidArgumentError(f"partition count must be an int >= 1, got {n!r}")
     return (murmur2(key_bytes) & 0x7FFF_FFFF) % n
 
 
 def murmur2_partitioner(n: int) -> Callable[[bytes], int]:
     """Return ``f(key_bytes) -> kafka_partition(key_bytes, n)`` without per-call checks.
 
-    For hot paths that validated ``n`` once. Raises ValueError if ``n`` < 1.
+    For hot paths that validated ``n`` once. Raises InvalidArgumentError if ``n`` < 1.
     """
     if n.__class__ is not int or n < 1:
-        raise ValueError(f"partition count must be an int >= 1, got {n!r}")
+        raise InvalidArgumentError(f"partition count must be an int >= 1, got {n!r}")
     compiled = _COMPILED_MURMUR2
     if compiled is None:  # pragma: no cover
         return lambda key: (murmur2_reference(key) & 0x7FFF_FFFF) % n
@@ -285,10 +285,10 @@ def portable_shard(value: object, n: int) -> int:
     """``int.from_bytes(sha256(canonical_key(value)), "big") % n``: the portable reference.
 
     Any language can repeat it with a SHA-256 and big-integer remainder. Raises
-    InvalidKeyError for an unacceptable key, ValueError if ``n`` is not an int >= 1.
+    InvalidKeyError for an unacceptable key, InvalidArgumentError if ``n`` is not an int >= 1.
     """
     if n.__class__ is not int or n < 1:
-        raise ValueError(f"shard count must be an int >= 1, got {n!r}")
+        raise InvalidArgumentError(f"shard count must be an int >= 1, got {n!r}")
     return sha256_int(canonical_key(value)) % n
 
 
@@ -297,13 +297,13 @@ def jump_hash(key: int, n: int) -> int:
 
     A port of the paper's C++ (arXiv:1406.2294): ``key`` is taken modulo 2**64;
     returns an int in ``[0, n)``. Growing ``n`` to ``n + 1`` moves a key only to the
-    new bucket ``n``, and only about ``1/(n + 1)`` of keys. Raises ValueError if
-    ``n`` is not an int >= 1 and TypeError if ``key`` is not an int.
+    new bucket ``n``, and only about ``1/(n + 1)`` of keys. Raises InvalidArgumentError if
+    ``n`` is not an int >= 1 and InvalidArgumentError if ``key`` is not an int.
     """
     if n.__class__ is not int or n < 1:
-        raise ValueError(f"bucket count must be an int >= 1, got {n!r}")
+        raise InvalidArgumentError(f"bucket count must be an int >= 1, got {n!r}")
     if not isinstance(key, int):
-        raise TypeError(f"jump_hash key must be an int, got {type(key).__name__}")
+        raise InvalidArgumentError(f"jump_hash key must be an int, got {type(key).__name__}")
     key &= _MASK64
     b, j = -1, 0
     while j < n:

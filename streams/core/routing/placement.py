@@ -24,7 +24,12 @@ from collections.abc import Callable
 import xxhash
 
 from streams.core.errors import RoutingMapError
-from streams.core.routing.hashing import jump_hash, murmur2_partitioner, sha256_64, sha256_int
+from streams.core.routing.hashing import (
+    jump_hash,
+    murmur2_partitioner,
+    sha256_64,
+    sha256_int,
+)
 
 __all__ = ["HASHES", "MAX_PARTITIONS", "PLACEMENTS", "PLACERS", "Placer", "make_placer"]
 

@@ -17,7 +17,6 @@ Keys the directory places (moved or split) follow :mod:`streams.core.routing.dir
 from __future__ import annotations
 
 import bisect
-import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -27,11 +26,26 @@ from typing import Any, NamedTuple
 import xxhash
 
 from streams.core.errors import ConfigError, InvalidIdError, RoutingMapError
+from streams.core.routing.directory import (
+    HotKeyNotice,
+    KeyDirectory,
+    event_id_bytes,
+    salted_key,
+)
 from streams.core.routing.hashing import canonical_key
-from streams.core.routing.placement import HASHES, MAX_PARTITIONS, PLACEMENTS, make_placer
-from streams.core.routing.directory import HotKeyNotice, KeyDirectory, event_id_bytes, salted_key
+from streams.core.routing.placement import (
+    HASHES,
+    MAX_PARTITIONS,
+    PLACEMENTS,
+    make_placer,
+)
 from streams.core.time.buckets import MAX_TIMESTAMP_MS, TimeBuckets, check_timestamp
-from streams.core.validate import require_fields
+from streams.core.validate import (
+    BUCKET_PLACEHOLDER,
+    require_fields,
+    require_int,
+    require_topic,
+)
 
 __all__ = [
     "BUCKET_PLACEHOLDER",
@@ -42,15 +56,10 @@ __all__ = [
     "partition_for",
 ]
 
-#: Marks a topic template: one topic per bucket, e.g. ``"events.{bucket}"``.
-BUCKET_PLACEHOLDER = "{bucket}"
 #: ``RoutingDecision.salt`` of an event whose key is not split.
 UNSPLIT = -1
 
 _INT32_MAX = 2**31 - 1
-_MAX_TOPIC_LENGTH = 249
-_LONGEST_LABEL = "00000000T000000Z"
-_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
 _BUCKET_CACHE_LIMIT = 1024
 _SALTED_MEMO_LIMIT = 65_536
 # Same function as streams.core.routing.hashing.xxh3_64, bound without the wrapper's frame.
@@ -58,27 +67,11 @@ _xxh3 = xxhash.xxh3_64_intdigest
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if value.__class__ is not int:
-        raise RoutingMapError(f"routing map field {name!r} must be an int, got {type(value).__name__}")
-    if not low <= value <= high:  # type: ignore[operator]
-        raise RoutingMapError(f"routing map field {name!r} must be in {low}..{high}, got {value}")
+    require_int(f"routing map field {name!r}", value, low, high, RoutingMapError)
 
 
 def _check_topic(topic: object) -> None:
-    if topic.__class__ is not str:
-        raise RoutingMapError(f"routing map field 'topic' must be a str, got {type(topic).__name__}")
-    if topic.count(BUCKET_PLACEHOLDER) > 1:  # type: ignore[attr-defined]
-        raise RoutingMapError(f"routing map field 'topic' may hold {BUCKET_PLACEHOLDER} at most once: {topic!r}")
-    longest = topic.replace(BUCKET_PLACEHOLDER, _LONGEST_LABEL)  # type: ignore[attr-defined]
-    if not 1 <= len(longest) <= _MAX_TOPIC_LENGTH or longest in (".", ".."):
-        raise RoutingMapError(
-            f"routing map field 'topic' must name a topic of 1..{_MAX_TOPIC_LENGTH} characters "
-            f"(with {BUCKET_PLACEHOLDER} as a {len(_LONGEST_LABEL)}-character label), other than '.' and '..': {topic!r}"
-        )
-    if _TOPIC_CHARS.fullmatch(topic.replace(BUCKET_PLACEHOLDER, "")) is None:  # type: ignore[attr-defined]
-        raise RoutingMapError(
-            f"routing map field 'topic' may hold only [A-Za-z0-9._-] outside {BUCKET_PLACEHOLDER}: {topic!r}"
-        )
+    require_topic("routing map field 'topic'", topic, error=RoutingMapError)
 
 
 @dataclass(frozen=True, kw_only=True)

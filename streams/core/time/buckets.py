@@ -43,8 +43,8 @@ _MAX_GRACE_MS = 366 * _DAY_MS
 #: Last millisecond of year 9999: labels keep four-digit years, so they sort as text.
 MAX_TIMESTAMP_MS = 253_402_300_799_999
 
-_UNIT_MS = {"s": _SECOND_MS, "m": _MINUTE_MS, "h": 3_600_000, "d": _DAY_MS}
-_DURATION = re.compile(r"([0-9]{1,9})([smhd])")
+_UNIT_MS = {"ms": 1, "s": _SECOND_MS, "m": _MINUTE_MS, "h": 3_600_000, "d": _DAY_MS}
+_DURATION = re.compile(r"([0-9]{1,12})(ms|[smhd])")
 _WIDTH_RULE = (
     "a width must be a whole number of seconds that divides a day evenly "
     "(e.g. 30s, 1m, 5m, 15m, 1h, 6h) or a whole number of days (e.g. 1d, 7d), "
@@ -70,7 +70,7 @@ class Bucket(NamedTuple):
 
 
 def _duration_ms(value: object, what: str) -> int:
-    """Read a duration given as ``"<n><s|m|h|d>"`` or a ``timedelta``, in ms."""
+    """Read a duration given as ``"<n><ms|s|m|h|d>"`` or a ``timedelta``, in ms: the project's one duration grammar."""
     if isinstance(value, timedelta):
         micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
         if micros < 0:
@@ -81,15 +81,20 @@ def _duration_ms(value: object, what: str) -> int:
     if isinstance(value, str):
         match = _DURATION.fullmatch(value)
         if match is None:
+            hint = (f": add a unit, e.g. '{value}s' or '{value}ms'" if value.isdigit() else "")
             raise InvalidBucketError(
-                f"{what} {value!r} is not a duration like '30s', '5m', '1h' or '7d'"
+                f"{what} {value!r} is not a duration like '500ms', '30s', '5m', '1h' or '7d'{hint}"
             )
         return int(match.group(1)) * _UNIT_MS[match.group(2)]
     raise InvalidBucketError(f"{what} must be a str like '5m' or a timedelta, got {type(value).__name__}")
 
 
 def parse_duration(value: str | timedelta, what: str = "duration") -> int:
-    """Milliseconds in a duration such as ``"0s"``, ``"2s"``, ``"90s"``, ``"1h"`` or a timedelta.
+    """Milliseconds in a duration such as ``"0s"``, ``"500ms"``, ``"90s"``, ``"1h"`` or a timedelta.
+
+    The one duration grammar of settings, the worker and the command line: a whole
+    number and a unit (``ms``, ``s``, ``m``, ``h``, ``d``); a bare number is refused
+    (is ``90`` seconds or milliseconds?).
 
     Unlike :func:`parse_width` any whole number of units is allowed. Raises
     InvalidBucketError naming ``what`` and the value if it is not such a duration

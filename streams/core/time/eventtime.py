@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from streams.core.errors import ConfigError, InvalidBucketError
+from streams.core.errors import InvalidArgumentError, InvalidBucketError
 from streams.core.time.buckets import Bucket
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "REASON_FUTURE",
     "REASON_LATE",
     "REASON_TOO_OLD",
-    "check_config_int",
     "check_ms",
     "check_partition",
 ]
@@ -115,17 +114,8 @@ def check_ms(value: object, field: str) -> int:
     return int(value)
 
 
-def check_config_int(value: object, field: str, low: int, high: int = _MAX_MS) -> int:
-    """Return ``value`` if it is an int (not bool) in ``low..high``; else raise ConfigError naming ``field``."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{field} must be an int, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise ConfigError(f"{field} must be in {low}..{high}, got {value}")
-    return int(value)
-
-
 def check_partition(partition: object) -> int:
-    """Return ``partition`` if it is an int (not bool) >= 0; else raise ValueError naming it."""
+    """Return ``partition`` if it is an int (not bool) >= 0; else raise InvalidArgumentError naming it."""
     if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+        raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
     return int(partition)

@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from streams.core.errors import InvalidArgumentError
 from streams.core.time.buckets import MAX_TIMESTAMP_MS, Bucket, TimeBuckets
 from streams.core.time.eventtime import (
     REASON_BEFORE_MIN,
@@ -59,11 +60,11 @@ from streams.core.time.eventtime import (
     Counts,
     Placement,
     PlacementKind,
-    check_config_int,
     check_ms,
     check_partition,
 )
 from streams.core.time.watermark import WatermarkTracker
+from streams.core.validate import require_int
 
 __all__ = ["BucketRoller", "MAX_REASONS"]
 
@@ -104,13 +105,13 @@ class BucketRoller:
         min_event_ts_ms: int = 0,
     ) -> None:
         if not isinstance(buckets, TimeBuckets):
-            raise TypeError(f"buckets must be a TimeBuckets, got {type(buckets).__name__}")
+            raise InvalidArgumentError(f"buckets must be a TimeBuckets, got {type(buckets).__name__}")
         if not isinstance(watermarks, WatermarkTracker):
-            raise TypeError(f"watermarks must be a WatermarkTracker, got {type(watermarks).__name__}")
+            raise InvalidArgumentError(f"watermarks must be a WatermarkTracker, got {type(watermarks).__name__}")
         self.buckets = buckets
-        self.retention_ms = check_config_int(retention_ms, "retention_ms", buckets.grace_ms, MAX_TIMESTAMP_MS)
-        self.max_future_ms = check_config_int(max_future_ms, "max_future_ms", 0, MAX_TIMESTAMP_MS)
-        self.min_event_ts_ms = check_config_int(min_event_ts_ms, "min_event_ts_ms", 0, MAX_TIMESTAMP_MS)
+        self.retention_ms = require_int("retention_ms", retention_ms, buckets.grace_ms, MAX_TIMESTAMP_MS)
+        self.max_future_ms = require_int("max_future_ms", max_future_ms, 0, MAX_TIMESTAMP_MS)
+        self.min_event_ts_ms = require_int("min_event_ts_ms", min_event_ts_ms, 0, MAX_TIMESTAMP_MS)
         self.watermarks = watermarks
         self._open: dict[int, _State] = {}  # buckets not closed yet that saw an event
         self._closed_through = -1  # every bucket with index <= this is closed
@@ -127,7 +128,7 @@ class BucketRoller:
         Changes no counter or state (it may ratchet the tracker's low watermark,
         which is monotone anyway). Raises InvalidBucketError naming the field if
         ``event_ts_ms`` or ``now_ms`` is not an int (bool, float, None, str ...),
-        ValueError for a bad partition.
+        InvalidArgumentError for a bad partition.
         """
         if partition.__class__ is not int or partition < 0:
             partition = check_partition(partition)
@@ -172,7 +173,7 @@ class BucketRoller:
         (with ``placement.bucket`` and ``lateness_ms``) and FUTURE / BEFORE_EPOCH
         ones to dead letters (``placement.reason``). Plausible event times (all but
         the dead-letter kinds) feed the watermark tracker. Raises InvalidBucketError
-        for a non-int time, ValueError for a bad partition; then nothing changes.
+        for a non-int time, InvalidArgumentError for a bad partition; then nothing changes.
         """
         if partition.__class__ is not int or partition < 0:
             partition = check_partition(partition)
@@ -208,11 +209,11 @@ class BucketRoller:
         (a non-empty str, ideally from a small fixed set) is counted by name; the
         first MAX_REASONS distinct reasons are kept, later ones count as "other".
         With a valid ``event_ts_ms`` whose bucket is open and has seen an event, the
-        dead letter is also reported with that bucket at close. Raises ValueError on
+        dead letter is also reported with that bucket at close. Raises InvalidArgumentError on
         a bad reason.
         """
         if not isinstance(reason, str) or not reason or len(reason) > _MAX_REASON_LENGTH:
-            raise ValueError(f"reason must be a non-empty str of at most {_MAX_REASON_LENGTH} characters, got {reason!r}")
+            raise InvalidArgumentError(f"reason must be a non-empty str of at most {_MAX_REASON_LENGTH} characters, got {reason!r}")
         if event_ts_ms.__class__ is int and 0 <= event_ts_ms <= MAX_TIMESTAMP_MS:  # type: ignore[operator]
             state = self._open.get(event_ts_ms // self.buckets.width_ms)  # type: ignore[operator]
             if state is not None:
@@ -260,11 +261,11 @@ class BucketRoller:
 
         From then on :meth:`classify` places events read from ``partition`` into those
         buckets as LATE. Only raises the value; other partitions are unaffected.
-        Raises ValueError on a bad partition or an ``index`` that is not an int >= -1.
+        Raises InvalidArgumentError on a bad partition or an ``index`` that is not an int >= -1.
         """
         partition = check_partition(partition)
         if index.__class__ is not int or not -1 <= index <= MAX_TIMESTAMP_MS // self.buckets.width_ms:
-            raise ValueError(f"closed-through index must be an int in -1..{MAX_TIMESTAMP_MS // self.buckets.width_ms}, got {index!r}")
+            raise InvalidArgumentError(f"closed-through index must be an int in -1..{MAX_TIMESTAMP_MS // self.buckets.width_ms}, got {index!r}")
         if index > self._restored.get(partition, -1):
             self._restored[partition] = index
 

@@ -34,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from streams.core.time.eventtime import check_config_int, check_ms, check_partition
+from streams.core.time.eventtime import check_ms, check_partition
+from streams.core.validate import require_int
 
 __all__ = ["PartitionWatermark", "WatermarkTracker"]
 
@@ -67,8 +68,8 @@ class WatermarkTracker:
     __slots__ = ("allowed_delay_ms", "idle_timeout_ms", "_max_ts", "_last_seen", "_floor")
 
     def __init__(self, allowed_delay_ms: int, idle_timeout_ms: int) -> None:
-        self.allowed_delay_ms = check_config_int(allowed_delay_ms, "allowed_delay_ms", 0)
-        self.idle_timeout_ms = check_config_int(idle_timeout_ms, "idle_timeout_ms", 1)
+        self.allowed_delay_ms = require_int("allowed_delay_ms", allowed_delay_ms, 0)
+        self.idle_timeout_ms = require_int("idle_timeout_ms", idle_timeout_ms, 1)
         self._max_ts: dict[int, int | None] = {}
         self._last_seen: dict[int, int] = {}
         self._floor: int | None = None
