@@ -43,8 +43,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from streams import __version__
 from streams.core.config import KafkaSettings, load
-from streams.core.errors import InvalidBucketError, StreamsError
-from streams.core.time.buckets import parse_duration
+from streams.core.errors import ConfigError, StreamsError
+from streams.core.validate import require_duration, require_int
 
 __all__ = [
     "COMMANDS",
@@ -87,7 +87,7 @@ examples:
   streams simulate --distribution zipf --keys 1000 --events 100000 --partitions 12
   streams topics create --partitions 12
   streams produce --topic streams.events --count 100000 --rate 5000 --distribution tenants
-  streams --debug produce --bootstrap-server broker:9092 --duration 30
+  streams --debug produce --bootstrap-server broker:9092 --duration 30s
 
 Every command takes --help. Exit status: 0 success, 1 error (one line on stderr),
 2 usage error, 130 interrupted.
@@ -188,18 +188,19 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an int >= 1."""
+    """argparse type: an int >= 1; raises ArgumentTypeError otherwise."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    try:
+        return require_int("the value", value, 1)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def non_negative_float(text: str) -> float:
-    """argparse type: a finite number >= 0."""
+    """argparse type: a finite number >= 0; raises ArgumentTypeError otherwise."""
     try:
         value = float(text)
     except ValueError:
@@ -209,19 +210,21 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-
-
 def duration_ms(text: str) -> int:
-    """argparse type: a duration like ``500ms``, ``30s``, ``5m``, ``1h``, ``7d``, in ms (the settings' grammar:
-    :func:`streams.core.time.buckets.parse_duration`; a bare number is refused)."""
+    """argparse type: a duration like ``500ms``, ``30s``, ``5m``, ``1h``, ``7d``, in ms.
+
+    The grammar of the settings and the worker,
+    :func:`streams.core.validate.require_duration`: a bare number such as ``90`` is
+    refused (seconds or milliseconds?). Raises ArgumentTypeError otherwise.
+    """
     try:
-        return parse_duration(text.strip(), "duration")
-    except InvalidBucketError as exc:
+        return require_duration("duration", text.strip())
+    except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def duration_s(text: str) -> float:
-    """argparse type: :func:`duration_ms` in seconds, > 0."""
+    """argparse type: :func:`duration_ms` in seconds, > 0; raises ArgumentTypeError otherwise."""
     ms = duration_ms(text)
     if ms <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
@@ -237,7 +240,7 @@ def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--bootstrap-server", metavar="HOST:PORT",
                        help="Kafka bootstrap servers (default: $STREAMS_BOOTSTRAP_SERVERS or 127.0.0.1:9092); "
                             "client properties come from $STREAMS_KAFKA_* (e.g. STREAMS_KAFKA_SASL_PASSWORD)")
-    group.add_argument("--timeout", type=duration_s, default=DEFAULT_TIMEOUT_S, metavar="S",
+    group.add_argument("--timeout", type=duration_s, default=DEFAULT_TIMEOUT_S, metavar="DURATION",
                        help=f"how long to wait for the cluster before giving up (default: {DEFAULT_TIMEOUT_S:g}s)")
 
 

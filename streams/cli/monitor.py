@@ -72,8 +72,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     view = parser.add_argument_group("output")
     view.add_argument("--once", action="store_true",
                       help="print one snapshot (rates over one --interval) and exit")
-    view.add_argument("--interval", type=duration_s, default=1.0, metavar="S",
-                      help="seconds between snapshots, e.g. 1, 500ms, 5s (default: 1)")
+    view.add_argument("--interval", type=duration_s, default=1.0, metavar="DURATION",
+                      help="time between snapshots, e.g. 500ms, 1s, 5s (default: 1s)")
     view.add_argument("--top", type=positive_int, default=DEFAULT_TOP, metavar="N",
                       help=f"hot keys to show, highest rate first (default: {DEFAULT_TOP}; --json shows all)")
     view.add_argument("--json", action="store_true", help="print snapshots as JSON")

@@ -53,7 +53,7 @@ _MAX_IDLE_S = 0.1
 _EPILOG = """\
 examples:
   streams produce --topic streams.events --count 100000
-  streams produce --topic load-test --create-topic --partitions 12 --duration 60 --rate 2000
+  streams produce --topic load-test --create-topic --partitions 12 --duration 60s --rate 2000
   streams produce --distribution tenants --elephants 2 --elephant-share 0.5 --hot-keys-topic streams.hot-keys
   streams produce --topic streams.events --count 5000 --serializer avro --id-kind snowflake --json
 
@@ -85,7 +85,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     amount = parser.add_argument_group("how much")
     which = amount.add_mutually_exclusive_group()
     which.add_argument("--count", type=positive_int, metavar="N", help=f"events to send (default: {DEFAULT_COUNT})")
-    which.add_argument("--duration", type=duration_s, metavar="S", help="send for this long, e.g. 30s or 5m")
+    which.add_argument("--duration", type=duration_s, metavar="DURATION", help="send for this long, e.g. 30s or 5m")
     amount.add_argument("--rate", type=non_negative_float, default=0.0, metavar="R",
                         help="target events/s; 0 = as fast as possible (default: 0)")
     events = parser.add_argument_group("events")
@@ -95,7 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="each event's numeric value: 1.0, uniform in [0, 100), or null (default: one)")
     events.add_argument("--hot-keys-topic", metavar="TOPIC",
                         help="follow hot-key notices on this compacted topic and split hot keys")
-    parser.add_argument("--flush-timeout", type=duration_s, default=30.0, metavar="S",
+    parser.add_argument("--flush-timeout", type=duration_s, default=30.0, metavar="DURATION",
                         help="how long to wait for outstanding deliveries at the end (default: 30s)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--metrics-port", type=positive_int, metavar="PORT",

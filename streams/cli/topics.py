@@ -22,6 +22,7 @@ from streams.core.config import ProducerSettings, TopicNames, WorkerSettings, lo
 from streams.core.errors import ConfigError
 from streams.core.routing.router import BUCKET_PLACEHOLDER
 from streams.core.time.buckets import TimeBuckets
+from streams.core.validate import require_duration
 from streams.kafka.admin import (
     describe_topics,
     ensure_topics,
@@ -169,7 +170,9 @@ def _roll(args: argparse.Namespace) -> int:
         raise ConfigError(f"give --template: the events topic {template!r} holds no {BUCKET_PLACEHOLDER}")
     settings = load(ProducerSettings, **({"bucket_width": args.bucket_width} if args.bucket_width else {}))
     buckets = TimeBuckets(settings.bucket_width)
-    retention_ms = args.retention if args.retention is not None else _retention_ms(load(WorkerSettings).retention)
+    retention_ms = args.retention
+    if retention_ms is None:
+        retention_ms = require_duration("retention (from the worker settings)", load(WorkerSettings).retention)
     result = roll_bucket_topics(kafka_client_config(args), template, buckets, ahead=args.ahead,
                                 retention_ms=retention_ms, partitions=args.partitions or settings.partitions,
                                 replication_factor=args.replication_factor, dry_run=args.dry_run,
@@ -191,13 +194,6 @@ def _roll(args: argparse.Namespace) -> int:
     else:
         print(f"{title}: nothing to do\n")
     return 0
-
-
-def _retention_ms(text: str) -> int:
-    try:
-        return duration_ms(text)
-    except argparse.ArgumentTypeError as exc:
-        raise ConfigError(f"retention (from the worker settings) {exc}") from None
 
 
 def _human_ms(ms: int | None) -> str:

@@ -65,8 +65,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (sets $STREAMS_CONFIG)")
     parser.add_argument("--instance", metavar="NAME",
                         help="this worker's name in hot-key sketches ($STREAMS_INSTANCE; default: host-pid-random)")
-    parser.add_argument("--tick", type=duration_s, metavar="S",
-                        help="how often buckets are closed and sketches published ($STREAMS_TICK_S; default: 0.25)")
+    parser.add_argument("--tick", type=duration_s, metavar="DURATION",
+                        help="how often buckets are closed and sketches published, e.g. 250ms "
+                             "($STREAMS_TICK_S in seconds; default: 250ms)")
     settings = parser.add_argument_group("worker settings (WorkerSettings)")
     defaults, hints = WorkerSettings(), get_type_hints(WorkerSettings)
     for name in _SETTINGS:

@@ -28,7 +28,7 @@ from typing import Any, TypeVar, get_type_hints
 from streams.core.errors import ConfigError
 from streams.core.hotkeys.decider import BalancePolicy
 from streams.core.routing.placement import HASHES, PLACEMENTS, PLACERS
-from streams.core.validate import require, require_topic
+from streams.core.validate import require, require_int, require_topic
 
 __all__ = ["KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS"]
 
@@ -98,12 +98,12 @@ class ProducerSettings:
     snowflake_worker: int = 0
 
     def __post_init__(self) -> None:
-        require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
+        require_int("partitions", self.partitions, 1, 100_000)
         require((self.placement, self.hash) in PLACERS, "placement/hash",
                 f"a pair of {PLACEMENTS} and {HASHES}", (self.placement, self.hash))
         require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
         require(self.id_kind in ("uuid7", "snowflake"), "id_kind", "'uuid7' or 'snowflake'", self.id_kind)
-        require(0 <= self.snowflake_worker <= 1023, "snowflake_worker", "an int in [0, 1023]", self.snowflake_worker)
+        require_int("snowflake_worker", self.snowflake_worker, 0, 1023)
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class WorkerSettings:
     session_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        require(1 <= self.partitions <= 100_000, "partitions", "an int in [1, 100000]", self.partitions)
+        require_int("partitions", self.partitions, 1, 100_000)
         require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
         require((self.placement, self.hash) in PLACERS, "placement/hash",
                 f"a pair of {PLACEMENTS} and {HASHES}", (self.placement, self.hash))
@@ -151,8 +151,8 @@ class WorkerSettings:
         require(self.hot_min_window_events >= 0, "hot_min_window_events", "an int >= 0",
                  self.hot_min_window_events)
         self.balance_policy()  # validates the balance_* settings, naming them
-        require(16 <= self.sketch_capacity <= 1_000_000, "sketch_capacity", "an int in [16, 1000000]", self.sketch_capacity)
-        require(0 <= self.metrics_port <= 65535, "metrics_port", "an int in [0, 65535] (0: off)", self.metrics_port)
+        require_int("sketch_capacity", self.sketch_capacity, 16, 1_000_000)
+        require_int("metrics_port (0: off)", self.metrics_port, 0, 65535)
         require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
                  self.session_timeout_s)
 
@@ -224,6 +224,7 @@ def load(cls: type[T], *, toml_path: str | Path | None = None, env: Mapping[str,
 
 
 def _coerce(name: str, hint: Any, raw: Any, source: str) -> Any:
+    """``raw`` (from the TOML file or an environment variable) as a ``hint``; raises ConfigError naming the source."""
     try:
         if hint is bool:
             if isinstance(raw, bool):
@@ -233,22 +234,18 @@ def _coerce(name: str, hint: Any, raw: Any, source: str) -> Any:
                 return True
             if text in ("0", "false", "no", "off"):
                 return False
-            raise ValueError(raw)
-        if hint is int:
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError(raw)
-            return int(raw)
-        if hint is float:
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            return float(raw)
-        if hint is str:
-            if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
-                raise ValueError(raw)
-            return str(raw)
-        if isinstance(raw, Mapping):
+        elif hint is int:
+            if not (isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer())):
+                return int(raw)
+        elif hint is float:
+            if not isinstance(raw, bool):
+                return float(raw)
+        elif hint is str:
+            if isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
+                return str(raw)
+        elif isinstance(raw, Mapping):
             return {str(k): v for k, v in raw.items()}
-        raise ValueError(raw)
-    except (TypeError, ValueError):
-        shown = "***" if any(m in name for m in SECRET_MARKERS) else repr(raw)
-        raise ConfigError(f"{name} (from {source}) must be {getattr(hint, '__name__', hint)}, got {shown}") from None
+    except (TypeError, ValueError):  # int("x"), float("x"), int(float("inf")) ...
+        pass
+    shown = "***" if any(m in name for m in SECRET_MARKERS) else repr(raw)
+    raise ConfigError(f"{name} (from {source}) must be {getattr(hint, '__name__', hint)}, got {shown}")

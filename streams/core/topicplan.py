@@ -7,19 +7,15 @@ it out against the cluster.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from streams.core.errors import ConfigError, InvalidBucketError
-from streams.core.routing.router import BUCKET_PLACEHOLDER
 from streams.core.time.buckets import Bucket, TimeBuckets
 from streams.core.time.eventtime import check_ms
-from streams.core.validate import require_int
+from streams.core.validate import BUCKET_PLACEHOLDER, require, require_int, require_topic
 
 __all__ = ["TopicPlan", "plan_bucket_topics"]
-
-_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
 
 
 class TopicPlan(NamedTuple):
@@ -39,7 +35,8 @@ def plan_bucket_topics(
 ) -> TopicPlan:
     """Plan topic-per-bucket housekeeping at wall clock ``now_ms``; pure, no side effects.
 
-    ``template`` holds ``{bucket}`` exactly once (e.g. ``"events.{bucket}"``) and is
+    ``template`` is a Kafka topic name holding ``{bucket}`` exactly once (e.g.
+    ``"events.{bucket}"``, see :func:`~streams.core.validate.require_topic`) and is
     filled with :attr:`Bucket.label`. Creates the topics of the current bucket and
     the next ``ahead`` (>= 0) that are not in ``existing``; deletes the existing
     topics that match the template exactly (the label parses back to a bucket of
@@ -48,10 +45,8 @@ def plan_bucket_topics(
     ConfigError for a bad template, ``ahead`` or ``retention_ms``, and
     InvalidBucketError for a bad ``now_ms``.
     """
-    if not isinstance(template, str) or template.count(BUCKET_PLACEHOLDER) != 1:
-        raise ConfigError(f"template must be a str holding {BUCKET_PLACEHOLDER} exactly once, got {template!r}")
-    if _TOPIC_CHARS.fullmatch(template.replace(BUCKET_PLACEHOLDER, "")) is None:
-        raise ConfigError(f"template may hold only [A-Za-z0-9._-] outside {BUCKET_PLACEHOLDER}: {template!r}")
+    template = require_topic("template", template)
+    require(BUCKET_PLACEHOLDER in template, "template", f"a topic template holding {BUCKET_PLACEHOLDER}", template)
     if not isinstance(buckets, TimeBuckets):
         raise ConfigError(f"buckets must be a TimeBuckets, got {type(buckets).__name__}")
     ahead = require_int("ahead", ahead, 0, 10_000)

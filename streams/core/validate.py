@@ -1,21 +1,30 @@
-"""The one home of the project's input checks: settings, record fields, ints, topic names.
+"""The one home of the project's input checks: settings, record fields, ints, topic names, durations.
 
-Every settings class and record reader validates through these, so every message
-reads the same: ``<name> must be <allowed>, got <value>``. Each function takes the
-error class to raise (ConfigError by default), so a routing map raises
-RoutingMapError and a hostile notice HotKeyNoticeError with the same wording.
-Durations have one grammar too, :func:`streams.core.time.buckets.parse_duration`.
+Every settings class, record reader and command-line argument validates through
+these, so every message reads the same: ``<name> must be <allowed>, got <value>``.
+Each function takes the error class to raise (ConfigError by default), so a routing
+map raises RoutingMapError, a hostile notice HotKeyNoticeError and a bucket width
+InvalidBucketError with the same wording.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from streams.core.errors import ConfigError, StreamsError
 
-__all__ = ["BUCKET_PLACEHOLDER", "MAX_TOPIC_LENGTH", "require", "require_fields", "require_int", "require_topic"]
+__all__ = [
+    "BUCKET_PLACEHOLDER",
+    "MAX_TOPIC_LENGTH",
+    "require",
+    "require_duration",
+    "require_fields",
+    "require_int",
+    "require_topic",
+]
 
 #: Marks a topic template: one topic per bucket, e.g. ``"events.{bucket}"``.
 BUCKET_PLACEHOLDER = "{bucket}"
@@ -23,6 +32,8 @@ BUCKET_PLACEHOLDER = "{bucket}"
 MAX_TOPIC_LENGTH = 249
 _LONGEST_LABEL = "00000000T000000Z"  # the longest bucket label a template's {bucket} becomes
 _TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"([0-9]{1,12})(ms|[smhd])")
 
 
 def require(ok: bool, name: str, allowed: str, value: Any, error: type[StreamsError] = ConfigError) -> None:
@@ -67,6 +78,33 @@ def require_topic(name: str, value: object, *, template: bool = True, error: typ
         raise error(f"{name} must be a Kafka topic name of [A-Za-z0-9._-] only"
                     + (f" outside {BUCKET_PLACEHOLDER}" if holes else "") + f", got {text!r}")
     return text
+
+
+def require_duration(name: str, value: object, error: type[StreamsError] = ConfigError) -> int:
+    """Return the milliseconds in ``value``, a duration, else raise ``error`` naming ``name`` and the value.
+
+    The project's one duration grammar, for settings, the worker and the command line
+    alike: a whole number (up to 12 digits) and a unit, ``ms``, ``s``, ``m``, ``h`` or
+    ``d`` (``"500ms"``, ``"90s"``, ``"5m"``, ``"1h"``, ``"7d"``), or a ``timedelta`` that
+    is not negative and is a whole number of milliseconds. A bare number is refused,
+    since ``90`` could mean seconds or milliseconds; the message suggests ``90s`` or
+    ``90000ms``.
+    """
+    if isinstance(value, timedelta):
+        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+        if micros < 0:
+            raise error(f"{name} {value!r} is negative")
+        if micros % 1_000:
+            raise error(f"{name} {value!r} is not a whole number of milliseconds")
+        return micros // 1_000
+    if not isinstance(value, str):
+        raise error(f"{name} must be a str like '5m' or a timedelta, got {type(value).__name__}")
+    match = _DURATION.fullmatch(value)
+    if match is None:
+        bare = value.isascii() and value.isdigit() and len(value) <= 12
+        hint = f": give a unit, e.g. '{value}s' or '{int(value) * 1_000}ms'" if bare else ""
+        raise error(f"{name} {value!r} is not a duration like '500ms', '30s', '5m', '1h' or '7d'{hint}")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
 
 
 def require_fields(record: object, fields: frozenset[str], what: str, error: type[StreamsError]) -> None:

@@ -47,9 +47,9 @@ from confluent_kafka.admin import (
 from streams.core.config import TopicNames, redact
 from streams.core.errors import ConfigError, StreamsError
 from streams.core.routing.placement import MAX_PARTITIONS
-from streams.core.routing.router import BUCKET_PLACEHOLDER
 from streams.core.time.buckets import TimeBuckets
 from streams.core.topicplan import TopicPlan, plan_bucket_topics
+from streams.core.validate import BUCKET_PLACEHOLDER, require_int, require_topic
 from streams.kafka.clients import new_admin
 
 __all__ = [
@@ -91,7 +91,8 @@ class TopicSpec:
     """A topic to create: name, partitions (1..MAX_PARTITIONS), configs, replication (-1: broker default).
 
     ``role`` is the :class:`TopicNames` field it plays ("" for none). Raises
-    ConfigError for a template name or an out-of-range count.
+    ConfigError for a template name, a name outside Kafka's rule
+    (:func:`~streams.core.validate.require_topic`) or an out-of-range count.
     """
 
     name: str
@@ -101,11 +102,10 @@ class TopicSpec:
     replication_factor: int = -1
 
     def __post_init__(self) -> None:
-        if BUCKET_PLACEHOLDER in self.name:
+        if isinstance(self.name, str) and BUCKET_PLACEHOLDER in self.name:
             raise ConfigError(f"{self.name!r} is a topic template, not a topic: roll creates its topics")
-        if not (isinstance(self.partitions, int) and 1 <= self.partitions <= MAX_PARTITIONS):
-            raise ConfigError(f"partitions of {self.name!r} must be an int in 1..{MAX_PARTITIONS}, "
-                              f"got {self.partitions!r}")
+        require_topic("topic name", self.name, template=False)
+        require_int(f"partitions of {self.name!r}", self.partitions, 1, MAX_PARTITIONS)
         if not (isinstance(self.replication_factor, int) and (self.replication_factor == -1
                                                                or 1 <= self.replication_factor <= 32767)):
             raise ConfigError(f"replication factor must be -1 (broker default) or 1..32767, "
@@ -126,8 +126,8 @@ def project_topic_specs(
     and, when ``retention_ms`` is given, ``retention.ms`` (-1: forever). Raises
     ConfigError for out-of-range counts or retention.
     """
-    if retention_ms is not None and not (isinstance(retention_ms, int) and retention_ms >= -1):
-        raise ConfigError(f"retention_ms must be an int >= -1 (-1: keep forever), got {retention_ms!r}")
+    if retention_ms is not None:
+        require_int("retention_ms (-1: keep forever)", retention_ms, -1)
     specs = []
     for f in dataclasses.fields(names):
         name = getattr(names, f.name)

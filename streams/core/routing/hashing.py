@@ -42,6 +42,7 @@ from collections.abc import Callable
 import xxhash
 
 from streams.core.errors import InvalidArgumentError, InvalidKeyError
+from streams.core.validate import require_int
 
 __all__ = [
     "MURMUR2_IMPLEMENTATION",
@@ -243,10 +244,10 @@ def kafka_partition(key_bytes: bytes, n: int) -> int:
 
     Identical to the Java client's ``BuiltInPartitioner.partitionForKey``, aiokafka's
     ``DefaultPartitioner`` and librdkafka's ``murmur2_random``. Raises InvalidArgumentError if
-    ``n`` is not an int >= 1, InvalidArgumentError if ``key_bytes`` is not bytes.
+    ``n`` is not an int >= 1 or ``key_bytes`` is not bytes.
     """
     if n.__class__ is not int or n < 1:
-        raise InvalidArgumentError(f"partition count must be an int >= 1, got {n!r}")
+        require_int("partition count", n, 1, error=InvalidArgumentError)
     return (murmur2(key_bytes) & 0x7FFF_FFFF) % n
 
 
@@ -256,7 +257,7 @@ def murmur2_partitioner(n: int) -> Callable[[bytes], int]:
     For hot paths that validated ``n`` once. Raises InvalidArgumentError if ``n`` < 1.
     """
     if n.__class__ is not int or n < 1:
-        raise InvalidArgumentError(f"partition count must be an int >= 1, got {n!r}")
+        require_int("partition count", n, 1, error=InvalidArgumentError)
     compiled = _COMPILED_MURMUR2
     if compiled is None:  # pragma: no cover
         return lambda key: (murmur2_reference(key) & 0x7FFF_FFFF) % n
@@ -288,7 +289,7 @@ def portable_shard(value: object, n: int) -> int:
     InvalidKeyError for an unacceptable key, InvalidArgumentError if ``n`` is not an int >= 1.
     """
     if n.__class__ is not int or n < 1:
-        raise InvalidArgumentError(f"shard count must be an int >= 1, got {n!r}")
+        require_int("shard count", n, 1, error=InvalidArgumentError)
     return sha256_int(canonical_key(value)) % n
 
 
@@ -298,10 +299,10 @@ def jump_hash(key: int, n: int) -> int:
     A port of the paper's C++ (arXiv:1406.2294): ``key`` is taken modulo 2**64;
     returns an int in ``[0, n)``. Growing ``n`` to ``n + 1`` moves a key only to the
     new bucket ``n``, and only about ``1/(n + 1)`` of keys. Raises InvalidArgumentError if
-    ``n`` is not an int >= 1 and InvalidArgumentError if ``key`` is not an int.
+    ``n`` is not an int >= 1 or ``key`` is not an int.
     """
     if n.__class__ is not int or n < 1:
-        raise InvalidArgumentError(f"bucket count must be an int >= 1, got {n!r}")
+        require_int("bucket count", n, 1, error=InvalidArgumentError)
     if not isinstance(key, int):
         raise InvalidArgumentError(f"jump_hash key must be an int, got {type(key).__name__}")
     key &= _MASK64

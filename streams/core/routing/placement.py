@@ -30,6 +30,7 @@ from streams.core.routing.hashing import (
     sha256_64,
     sha256_int,
 )
+from streams.core.validate import require_int
 
 __all__ = ["HASHES", "MAX_PARTITIONS", "PLACEMENTS", "PLACERS", "Placer", "make_placer"]
 
@@ -84,8 +85,7 @@ def make_placer(hash_name: str, placement: str, partitions: int) -> Placer:
     Cached per argument triple. Raises RoutingMapError for an unknown hash or
     placement, or a partition count that is not an int in 1..MAX_PARTITIONS.
     """
-    if partitions.__class__ is not int or not 1 <= partitions <= MAX_PARTITIONS:
-        raise RoutingMapError(f"partitions must be an int in 1..{MAX_PARTITIONS}, got {partitions!r}")
+    require_int("partitions", partitions, 1, MAX_PARTITIONS, RoutingMapError)
     factory = PLACERS.get((placement, hash_name))
     if factory is None:
         if placement not in PLACEMENTS:

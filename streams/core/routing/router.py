@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import xxhash
 
-from streams.core.errors import ConfigError, InvalidIdError, RoutingMapError
+from streams.core.errors import InvalidIdError, RoutingMapError
 from streams.core.routing.directory import (
     HotKeyNotice,
     KeyDirectory,
@@ -200,8 +200,7 @@ class Router:
     ) -> None:
         if not isinstance(buckets, TimeBuckets):
             raise RoutingMapError(f"buckets must be a TimeBuckets, got {type(buckets).__name__}")
-        if memo_size.__class__ is not int or memo_size < 0:
-            raise ConfigError(f"memo_size must be an int >= 0, got {memo_size!r}")
+        require_int("memo_size", memo_size, 0)
         self.buckets = buckets
         self.directory = KeyDirectory() if directory is None else directory
         self._memo_size = memo_size

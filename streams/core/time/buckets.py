@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from streams.core.errors import InvalidBucketError
+from streams.core.validate import require_duration
 
 __all__ = [
     "Bucket",
@@ -43,8 +44,6 @@ _MAX_GRACE_MS = 366 * _DAY_MS
 #: Last millisecond of year 9999: labels keep four-digit years, so they sort as text.
 MAX_TIMESTAMP_MS = 253_402_300_799_999
 
-_UNIT_MS = {"ms": 1, "s": _SECOND_MS, "m": _MINUTE_MS, "h": 3_600_000, "d": _DAY_MS}
-_DURATION = re.compile(r"([0-9]{1,12})(ms|[smhd])")
 _WIDTH_RULE = (
     "a width must be a whole number of seconds that divides a day evenly "
     "(e.g. 30s, 1m, 5m, 15m, 1h, 6h) or a whole number of days (e.g. 1d, 7d), "
@@ -69,38 +68,16 @@ class Bucket(NamedTuple):
     index: int
 
 
-def _duration_ms(value: object, what: str) -> int:
-    """Read a duration given as ``"<n><ms|s|m|h|d>"`` or a ``timedelta``, in ms: the project's one duration grammar."""
-    if isinstance(value, timedelta):
-        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
-        if micros < 0:
-            raise InvalidBucketError(f"{what} {value!r} is negative")
-        if micros % 1_000:
-            raise InvalidBucketError(f"{what} {value!r} is not a whole number of milliseconds")
-        return micros // 1_000
-    if isinstance(value, str):
-        match = _DURATION.fullmatch(value)
-        if match is None:
-            hint = (f": add a unit, e.g. '{value}s' or '{value}ms'" if value.isdigit() else "")
-            raise InvalidBucketError(
-                f"{what} {value!r} is not a duration like '500ms', '30s', '5m', '1h' or '7d'{hint}"
-            )
-        return int(match.group(1)) * _UNIT_MS[match.group(2)]
-    raise InvalidBucketError(f"{what} must be a str like '5m' or a timedelta, got {type(value).__name__}")
-
-
 def parse_duration(value: str | timedelta, what: str = "duration") -> int:
     """Milliseconds in a duration such as ``"0s"``, ``"500ms"``, ``"90s"``, ``"1h"`` or a timedelta.
 
-    The one duration grammar of settings, the worker and the command line: a whole
-    number and a unit (``ms``, ``s``, ``m``, ``h``, ``d``); a bare number is refused
-    (is ``90`` seconds or milliseconds?).
-
-    Unlike :func:`parse_width` any whole number of units is allowed. Raises
+    The project's one duration grammar, :func:`streams.core.validate.require_duration`
+    (a bare number such as ``90`` is refused), raising InvalidBucketError. Unlike
+    :func:`parse_width` any whole number of units is allowed. Raises
     InvalidBucketError naming ``what`` and the value if it is not such a duration
     (negative, or not a whole number of milliseconds).
     """
-    return _duration_ms(value, what)
+    return require_duration(what, value, InvalidBucketError)
 
 
 def parse_width(value: str | timedelta) -> int:
@@ -111,7 +88,7 @@ def parse_width(value: str | timedelta) -> int:
     naming the value and the rule, unless the width is a whole number of seconds that
     divides a day evenly or a whole number of days, between 1 s and 31 d.
     """
-    width_ms = _duration_ms(value, "bucket width")
+    width_ms = require_duration("bucket width", value, InvalidBucketError)
     if not _MIN_WIDTH_MS <= width_ms <= _MAX_WIDTH_MS:
         raise InvalidBucketError(f"bucket width {value!r} is out of range: {_WIDTH_RULE}")
     if width_ms % _SECOND_MS or (_DAY_MS % width_ms if width_ms < _DAY_MS else width_ms % _DAY_MS):
@@ -123,7 +100,7 @@ def _parse_grace(value: str | timedelta | int) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         grace_ms = value
     else:
-        grace_ms = _duration_ms(value, "grace")
+        grace_ms = require_duration("grace", value, InvalidBucketError)
     if not 0 <= grace_ms <= _MAX_GRACE_MS:
         raise InvalidBucketError(f"grace {value!r} must be between 0 and 366d")
     return grace_ms
