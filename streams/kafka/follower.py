@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,8 +36,7 @@ log = logging.getLogger(__name__)
 class HotKeyFollower:
     """Applies placement notices from ``topic`` to ``router.directory`` in a daemon thread.
 
-    ``applied`` and ``rejected`` count notices; ``last_applied_monotonic`` is the
-    ``time.monotonic()`` of the newest applied notice (for latency measurements).
+    ``applied`` and ``rejected`` count notices.
     """
 
     def __init__(self, router: Router, client_config: Mapping[str, Any], topic: str,
@@ -48,7 +46,6 @@ class HotKeyFollower:
         self.poll_timeout_s = poll_timeout_s
         self.applied = 0
         self.rejected = 0
-        self.last_applied_monotonic: float | None = None
         self._config = {
             **client_config,
             "group.id": f"streams-hotkeys-{uuid.uuid4().hex[:12]}",
@@ -144,7 +141,6 @@ class HotKeyFollower:
                     raise HotKeyNoticeError("tombstone without a key")
                 directory.remove(key)
                 self.applied += 1
-                self.last_applied_monotonic = time.monotonic()
                 return
             try:
                 notice = decode_notice(value, notice_schema(headers), home=self._home,
@@ -157,7 +153,6 @@ class HotKeyFollower:
                 raise HotKeyNoticeError("notice key does not match the record key")
             self.router.apply_notice(notice)
             self.applied += 1
-            self.last_applied_monotonic = time.monotonic()
             log.debug("placed %r on %s", notice.key_display, list(notice.placement))
         except (SerializationError, HotKeyNoticeError) as exc:
             self.rejected += 1

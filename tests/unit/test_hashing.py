@@ -26,7 +26,6 @@ from streams.core.routing.hashing import (
     portable_shard,
     sha256_64,
     sha256_int,
-    to_positive,
     xxh3_64,
 )
 
@@ -73,12 +72,6 @@ def test_the_compiled_murmur2_passed_its_import_check() -> None:
 def test_compiled_murmur2_equals_the_pure_python_reference(data: bytes) -> None:
     assert murmur2(data) == murmur2_reference(data)
     assert -(2**31) <= murmur2(data) < 2**31
-
-
-def test_to_positive_masks_the_sign_bit_like_kafka_rather_than_taking_abs() -> None:
-    assert to_positive(-1) == 0x7FFFFFFF
-    assert to_positive(-(2**31)) == 0
-    assert to_positive(5) == 5
 
 
 def test_kafka_partition_agrees_with_aiokafkas_default_partitioner_on_random_keys() -> None:

@@ -27,7 +27,6 @@ from streams.core.routing.router import (
     Router,
     RoutingDecision,
     RoutingMap,
-    partition_for,
 )
 from streams.core.time.buckets import TimeBuckets
 
@@ -258,11 +257,3 @@ def test_memoised_routing_equals_unmemoised_routing(events: list[tuple[object, i
     memoised, plain = Router(FIVE_MIN, maps), Router(FIVE_MIN, maps, memo_size=0)
     for key, ts in events + events:
         assert memoised.route(key, ts) == plain.route(key, ts)
-
-
-def test_partition_for_is_the_routed_partition() -> None:
-    router = Router(FIVE_MIN, [a_map(placement="jump", hash="xxh3")])
-    router.directory.set(b"hot", (3, 7, 9, 0, 11), 12)
-    router.directory.set(b"moved", (5,), 12)
-    for key, event_id in [("tenant-1", None), ("hot", 1), ("hot", 2), ("hot", uuid.uuid4()), ("moved", 3)]:
-        assert partition_for(key, T0, router, event_id) == router.route(key, T0, event_id).partition

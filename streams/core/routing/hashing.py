@@ -56,7 +56,6 @@ __all__ = [
     "portable_shard",
     "sha256_64",
     "sha256_int",
-    "to_positive",
     "xxh3_64",
 ]
 
@@ -234,13 +233,10 @@ def murmur2(data: bytes) -> int:
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
 
-def to_positive(x: int) -> int:
-    """Kafka's ``Utils.toPositive``: ``x & 0x7fffffff`` (not ``abs``), for any int."""
-    return x & 0x7FFF_FFFF
-
-
 def kafka_partition(key_bytes: bytes, n: int) -> int:
     """The partition Kafka's clients pick for a keyed record: ``toPositive(murmur2(key)) % n``.
+
+    ``toPositive`` is Kafka's ``x & 0x7fffffff`` (it masks the sign bit, not ``abs``).
 
     Identical to the Java client's ``BuiltInPartitioner.partitionForKey``, aiokafka's
     ``DefaultPartitioner`` and librdkafka's ``murmur2_random``. Raises InvalidArgumentError if

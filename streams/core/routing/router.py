@@ -53,7 +53,6 @@ __all__ = [
     "Router",
     "RoutingDecision",
     "RoutingMap",
-    "partition_for",
 ]
 
 #: ``RoutingDecision.salt`` of an event whose key is not split.
@@ -101,11 +100,6 @@ class RoutingMap:
         if self.hash not in HASHES:
             raise RoutingMapError(f"routing map field 'hash' must be one of {HASHES}, got {self.hash!r}")
         _check_topic(self.topic)
-
-    @property
-    def is_template(self) -> bool:
-        """True if ``topic`` holds ``{bucket}``: one topic per bucket."""
-        return BUCKET_PLACEHOLDER in self.topic
 
     def topic_for(self, label: str) -> str:
         """The topic for the bucket labelled ``label``: ``topic`` with ``{bucket}`` replaced."""
@@ -394,11 +388,3 @@ class Router:
     def home_of(self, key: object) -> int:
         """The hash (home) partition of ``key`` under the newest map; raises InvalidKeyError for a bad key."""
         return self._newest.place(canonical_key(key))  # type: ignore[union-attr]
-
-
-def partition_for(key: object, ts_ms: int, router: Router, event_id: object = None) -> int:
-    """The partition ``router`` picks for ``key`` at ``ts_ms``; for faust's ``Topic.send(partition=...)``.
-
-    Raises what :meth:`Router.route` raises.
-    """
-    return router.route(key, ts_ms, event_id)[1]
