@@ -30,7 +30,7 @@ from streams.cli import (
 )
 from streams.cli.simulate import add_workload_arguments, workload_from
 from streams.core.config import ProducerSettings, TopicNames, load
-from streams.core.errors import StreamsError
+from streams.core.errors import ConfigError, DeliveryError, RoutingMapError
 from streams.core.routing.placement import HASHES, PLACEMENTS
 from streams.core.routing.router import BUCKET_PLACEHOLDER, Router, RoutingMap
 from streams.core.simulate import iter_keys
@@ -168,8 +168,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary)
     if summary.failed:
-        raise StreamsError(f"{summary.failed} of {summary.sent} events failed delivery "
-                           f"(last error: {summary.last_error})")
+        raise DeliveryError(f"{summary.failed} of {summary.sent} events failed delivery "
+                            f"(last error: {summary.last_error})")
     return 130 if interrupted else 0
 
 
@@ -178,8 +178,8 @@ def _partitions(args: argparse.Namespace, config: dict[str, Any], topic: str, de
     template = BUCKET_PLACEHOLDER in topic
     if args.create_topic:
         if template:
-            raise StreamsError(f"--create-topic cannot create the template {topic!r}: "
-                               "create its bucket topics with 'streams topics roll'")
+            raise ConfigError(f"--create-topic cannot create the template {topic!r}: "
+                              "create its bucket topics with 'streams topics roll'")
         ensure_topics(config, [TopicSpec(topic, default, {"cleanup.policy": "delete"})], timeout_s=args.timeout)
     if template:
         return default  # one topic per bucket: RoutingProducer checks each on first use
@@ -188,7 +188,7 @@ def _partitions(args: argparse.Namespace, config: dict[str, Any], topic: str, de
     except TopicNotFoundError as exc:
         raise TopicNotFoundError(f"{exc}; create it with --create-topic or 'streams topics create'") from None
     if args.partitions is not None and args.partitions != actual:
-        raise StreamsError(f"topic {topic!r} has {actual} partitions, not --partitions {args.partitions}")
+        raise RoutingMapError(f"topic {topic!r} has {actual} partitions, not --partitions {args.partitions}")
     return actual
 
 

@@ -20,6 +20,8 @@ __all__ = [
     "HotKeyNoticeError",
     "InvalidArgumentError",
     "DeliveryError",
+    "ConsumeError",
+    "ClusterUnavailableError",
 ]
 
 
@@ -80,3 +82,14 @@ class InvalidArgumentError(StreamsError, ValueError, TypeError):
 
 class DeliveryError(StreamsError):
     """Records could not be written to Kafka (the broker refused them or did not acknowledge in time)."""
+
+
+class ConsumeError(StreamsError):
+    """Records or offsets could not be read from Kafka, or not to the end within the timeout."""
+
+
+class ClusterUnavailableError(StreamsError):
+    """The Kafka cluster could not be reached (no broker answered within the timeout).
+
+    Worth retrying later; the message names the bootstrap servers and the timeout.
+    """

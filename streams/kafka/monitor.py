@@ -29,7 +29,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from streams.core.errors import HotKeyNoticeError, SerializationError, StreamsError
+from streams.core.errors import (
+    ClusterUnavailableError,
+    ConsumeError,
+    HotKeyNoticeError,
+    SerializationError,
+    StreamsError,
+)
 from streams.core.routing.directory import HotKeyNotice, decode_notice, notice_schema
 from streams.core.routing.hashing import kafka_partition
 from streams.kafka.clients import new_consumer
@@ -221,8 +227,9 @@ class Monitor:
     def snapshot(self) -> Snapshot:
         """Read what changed since the previous snapshot and return the new picture.
 
-        Raises StreamsError if the cluster cannot be reached within ``timeout_s``
-        or a topic cannot be read to its end in time.
+        Raises ClusterUnavailableError if the cluster cannot be reached within
+        ``timeout_s``, ConsumeError if a read fails or a topic cannot be read to its
+        end in time.
         """
         try:
             topics = self._reader.list_topics(timeout=self.timeout_s).topics  # all topics: never auto-creates
@@ -268,7 +275,7 @@ class Monitor:
         try:
             while todo:
                 if time.monotonic() >= deadline:
-                    raise StreamsError(f"timed out reading the hot-keys topic {self.hot_keys_topic!r}: "
+                    raise ConsumeError(f"timed out reading the hot-keys topic {self.hot_keys_topic!r}: "
                                        f"partitions {sorted(todo)} not read to their end")
                 for msg in self._reader.consume(1000, 0.2):
                     p = msg.partition()
@@ -303,8 +310,9 @@ class Monitor:
         err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         text = err.str() if err is not None else str(exc)
         if err is not None and err.code() in _UNREACHABLE:
-            return StreamsError(f"cannot reach the Kafka cluster at {self._where} within {self.timeout_s:g} s: {text}")
-        return StreamsError(f"{what} at {self._where}: {text}")
+            return ClusterUnavailableError(
+                f"cannot reach the Kafka cluster at {self._where} within {self.timeout_s:g} s: {text}")
+        return ConsumeError(f"{what} at {self._where}: {text}")
 
 
 def _partitions(topics: Mapping[str, Any], topic: str) -> list[int] | None:

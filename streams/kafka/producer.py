@@ -35,9 +35,9 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from streams.core.config import KafkaSettings, redact
 from streams.core.errors import (
     ConfigError,
+    DeliveryError,
     RoutingMapError,
     SerializationError,
-    StreamsError,
 )
 from streams.core.ids import IdKind, Snowflake, UUIDv7Generator, id_time_ms, parse_id
 from streams.core.routing.hashing import canonical_key
@@ -267,7 +267,7 @@ class RoutingProducer:
     def close(self, timeout: float = 30.0) -> DeliveryStats:
         """Stop following hot keys, flush, and return the final counts.
 
-        Raises StreamsError if records are still undelivered after ``timeout`` seconds,
+        Raises DeliveryError if records are still undelivered after ``timeout`` seconds,
         so a caller never mistakes an unfinished send for a finished one.
         """
         if self._follower is not None:
@@ -275,8 +275,8 @@ class RoutingProducer:
         remaining = self.flush(timeout)
         stats = self.stats()
         if remaining:
-            raise StreamsError(f"{remaining} records still undelivered after {timeout} s "
-                               f"(last error: {stats.last_error})")
+            raise DeliveryError(f"{remaining} records still undelivered after {timeout} s "
+                                f"(last error: {stats.last_error})")
         return stats
 
     def stats(self) -> DeliveryStats:

@@ -26,10 +26,11 @@ from typing import Any
 from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 from streams.core.aggregate import Stats
-from streams.core.errors import SerializationError, StreamsError
+from streams.core.errors import ConsumeError, DeliveryError, SerializationError
 from streams.core.partials import LATE_SLOT, partial_record
 from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets
+from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.clients import new_consumer, new_producer
 
 __all__ = ["ReplaySummary", "replay_late", "read_time_range", "read_topic"]
@@ -57,7 +58,8 @@ def read_topic(client_config: Mapping[str, Any], topic: str, *, start_ms: int | 
     """Every record of ``topic`` from ``start_ms`` (record timestamp; all if None) to its end now.
 
     Reads up to the end offsets taken at the start, so it terminates on a live topic.
-    Raises StreamsError if the topic does not exist or the broker does not answer.
+    Raises TopicNotFoundError if the topic does not exist, ConsumeError if the broker
+    refuses a read or the end is not reached in time.
     """
     consumer = new_consumer({**client_config, "group.id": f"streams-replay-{uuid.uuid4().hex[:8]}",
                              "enable.auto.commit": False, "auto.offset.reset": "earliest"})
@@ -65,7 +67,7 @@ def read_topic(client_config: Mapping[str, Any], topic: str, *, start_ms: int | 
         md = consumer.list_topics(topic, timeout=timeout_s)
         info = md.topics.get(topic)
         if info is None or info.error is not None:
-            raise StreamsError(f"topic {topic!r} does not exist ({info.error if info else 'no metadata'})")
+            raise TopicNotFoundError(f"topic {topic!r} does not exist ({info.error if info else 'no metadata'})")
         parts = sorted(info.partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in parts}
         starts = [TopicPartition(topic, p, start_ms if start_ms is not None else 0) for p in parts]
@@ -93,10 +95,10 @@ def read_topic(client_config: Mapping[str, Any], topic: str, *, start_ms: int | 
             if progress:
                 progress(len(out), total)
         if todo:
-            raise StreamsError(f"timed out reading {topic!r}: partitions {sorted(todo)} not finished")
+            raise ConsumeError(f"timed out reading {topic!r}: partitions {sorted(todo)} not finished")
         return out
     except KafkaException as exc:
-        raise StreamsError(f"reading {topic!r} failed: {exc}") from None
+        raise ConsumeError(f"reading {topic!r} failed: {exc}") from None
     finally:
         consumer.close()
 
@@ -107,7 +109,7 @@ def replay_late(client_config: Mapping[str, Any], late_topic: str, partials_topi
     """Fold late events into correction partials (see the module docstring); returns the summary.
 
     ``from_bucket_ms`` / ``to_bucket_ms`` limit the replay to buckets starting in
-    ``[from, to)``. Raises StreamsError if a topic is missing or delivery fails.
+    ``[from, to)``. Raises what :func:`read_topic` raises, and DeliveryError if writing the corrections fails.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     late_codec = AvroCodec("late_event")
@@ -152,7 +154,7 @@ def replay_late(client_config: Mapping[str, Any], late_topic: str, partials_topi
                          key.encode(), on_delivery=lambda err, _m: failures.append(str(err)) if err else None)
         producer.poll(0)
     if producer.flush(30) or failures:
-        raise StreamsError(f"writing corrections to {partials_topic!r} failed: {failures[:1] or 'flush timed out'}")
+        raise DeliveryError(f"writing corrections to {partials_topic!r} failed: {failures[:1] or 'flush timed out'}")
     replayed = sum(s.count for s in groups.values())
     return ReplaySummary(read, replayed, duplicates, too_old, failed, len(groups), tuple(sorted(labels)))
 
