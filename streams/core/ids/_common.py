@@ -1,19 +1,10 @@
-"""Plumbing both ID generators share: argument checks and fork safety."""
+"""Plumbing both ID generators share: fork safety."""
 
 from __future__ import annotations
 
 import os
 import weakref
 from typing import Protocol
-
-from streams.core.errors import InvalidArgumentError
-
-
-def check_batch_size(n: object) -> int:
-    """Return ``n`` if it is an int >= 0, else raise InvalidArgumentError."""
-    if type(n) is not int or n < 0:
-        raise InvalidArgumentError(f"n must be an int >= 0, got {n!r} ({type(n).__name__})")
-    return n
 
 
 class _ForkAware(Protocol):

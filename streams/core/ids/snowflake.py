@@ -24,8 +24,9 @@ from streams.core.errors import (
     ClockMovedBackwardsError,
     ConfigError,
     IdSpaceExhaustedError,
+    InvalidArgumentError,
 )
-from streams.core.ids._common import check_batch_size, reset_after_fork
+from streams.core.ids._common import reset_after_fork
 from streams.core.ids.clock import Clock, Sleep
 from streams.core.validate import require_int
 
@@ -277,10 +278,10 @@ class Snowflake:
         the clock, like :meth:`next`.
 
         Raises:
-            ValueError: ``n`` is not an int >= 0.
+            InvalidArgumentError: ``n`` is not an int >= 0 (also a ValueError).
             ClockMovedBackwardsError, IdSpaceExhaustedError, ConfigError: as :meth:`next`.
         """
-        remaining = check_batch_size(n)
+        remaining = require_int("n", n, 0, error=InvalidArgumentError)
         out: list[int] = []
         step = 1 << self._sequence_shift
         max_sequence = self._max_sequence

@@ -44,8 +44,8 @@ from itertools import repeat
 from operator import or_, rshift
 from uuid import UUID, SafeUUID
 
-from streams.core.errors import ConfigError, IdSpaceExhaustedError
-from streams.core.ids._common import check_batch_size, reset_after_fork
+from streams.core.errors import ConfigError, IdSpaceExhaustedError, InvalidArgumentError
+from streams.core.ids._common import reset_after_fork
 from streams.core.ids.clock import Clock
 from streams.core.validate import require_int
 
@@ -187,7 +187,7 @@ class UUIDv7Generator:
         thread's IDs fall in between), at a fraction of the cost.
 
         Raises:
-            ValueError: ``n`` is not an int >= 0.
+            InvalidArgumentError: ``n`` is not an int >= 0 (also a ValueError).
             IdSpaceExhaustedError, ConfigError: as :meth:`next`.
         """
         return _uuids(self.next_int_batch(n))
@@ -197,7 +197,7 @@ class UUIDv7Generator:
 
         Same guarantees and errors as :meth:`next_batch`.
         """
-        if check_batch_size(n) == 0:
+        if require_int("n", n, 0, error=InvalidArgumentError) == 0:
             return []
         step, low_field = self._step, self._low_field
         runs = []

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from streams.core.errors import InvalidArgumentError, InvalidBucketError
 from streams.core.time.buckets import Bucket
+from streams.core.validate import require_int
 
 __all__ = [
     "ClosedBucket",
@@ -115,7 +116,11 @@ def check_ms(value: object, field: str) -> int:
 
 
 def check_partition(partition: object) -> int:
-    """Return ``partition`` if it is an int (not bool) >= 0; else raise InvalidArgumentError naming it."""
-    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-    return int(partition)
+    """Return ``partition`` as a plain int if it is an int (not bool) >= 0; else raise InvalidArgumentError naming it.
+
+    Int subclasses (an ``IntEnum``) are converted; everything else gets
+    :func:`~streams.core.validate.require_int`'s message.
+    """
+    if isinstance(partition, int) and not isinstance(partition, bool) and partition >= 0:
+        return int(partition)
+    return require_int("partition", partition, 0, error=InvalidArgumentError)
