@@ -28,7 +28,7 @@ from typing import Any, TypeVar, get_type_hints
 from streams.core.errors import ConfigError
 from streams.core.hotkeys.decider import BalancePolicy
 from streams.core.routing.placement import HASHES, PLACEMENTS, PLACERS
-from streams.core.validate import require, require_int, require_topic
+from streams.core.validate import require, require_duration, require_int, require_topic
 
 __all__ = ["KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS"]
 
@@ -144,6 +144,8 @@ class WorkerSettings:
 
     def __post_init__(self) -> None:
         require_int("partitions", self.partitions, 1, 100_000)
+        for name in ("allowed_delay", "idle_timeout", "retention"):
+            require_duration(name, getattr(self, name))
         require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
         require((self.placement, self.hash) in PLACERS, "placement/hash",
                 f"a pair of {PLACEMENTS} and {HASHES}", (self.placement, self.hash))

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.cli import duration_ms, positive_int
-from streams.core.config import TopicNames
+from streams.core.config import TopicNames, WorkerSettings, load
 from streams.core.errors import ConfigError, InvalidBucketError, RoutingMapError
 from streams.core.routing.router import RoutingMap
 from streams.core.time.buckets import TimeBuckets, parse_duration
@@ -143,3 +143,9 @@ def test_the_topic_planner_and_topic_specs_use_the_same_rule() -> None:
         TopicSpec("bad topic", 1)
     with pytest.raises(ConfigError, match="a topic template, not a topic"):
         TopicSpec("events.{bucket}", 1)
+
+
+def test_worker_durations_are_refused_when_the_settings_load_not_when_the_worker_starts() -> None:
+    with pytest.raises(ConfigError, match="retention '90' is not a duration.*'90s' or '90000ms'"):
+        load(WorkerSettings, env={"STREAMS_RETENTION": "90"})
+    assert load(WorkerSettings, env={"STREAMS_RETENTION": "90s"}).retention == "90s"
