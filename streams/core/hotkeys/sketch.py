@@ -26,7 +26,7 @@ number of distinct keys.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from types import MappingProxyType
@@ -278,29 +278,12 @@ class SketchSummary:
         unreported = _count(self.unreported_bound, "unreported_bound", total)
         if unreported < max_error:
             raise HotKeyNoticeError(f"sketch summary field 'unreported_bound' must be >= max_error, got {unreported}")
-        items = self.items
-        if items.__class__ not in (tuple, list) or len(items) > MAX_SUMMARY_ITEMS:
-            raise HotKeyNoticeError(f"sketch summary field 'items' must be a sequence of at most "
-                                    f"{MAX_SUMMARY_ITEMS} (key, count) pairs")
-        pairs = []
-        for item in items:
-            if item.__class__ not in (tuple, list) or len(item) != 2:
-                raise HotKeyNoticeError("sketch summary field 'items' must hold (key, count) pairs")
-            pairs.append((_text(item[0], "items.key", 1), _count(item[1], "items.count", total)))
-        if len({key for key, _ in pairs}) != len(pairs):
-            raise HotKeyNoticeError("sketch summary field 'items' repeats a key")
-        counts = self.partition_counts
-        if counts.__class__ not in (tuple, list) or len(counts) > MAX_SUMMARY_PARTITIONS:
-            raise HotKeyNoticeError(f"sketch summary field 'partition_counts' must be a sequence of at most "
-                                    f"{MAX_SUMMARY_PARTITIONS} (partition, count) pairs")
-        partition_pairs = []
-        for item in counts:
-            if item.__class__ not in (tuple, list) or len(item) != 2:
-                raise HotKeyNoticeError("sketch summary field 'partition_counts' must hold (partition, count) pairs")
-            partition_pairs.append((_count(item[0], "partition_counts.partition", MAX_SUMMARY_PARTITIONS - 1),
-                                    _count(item[1], "partition_counts.count", _INT64_MAX)))
-        if len({partition for partition, _ in partition_pairs}) != len(partition_pairs):
-            raise HotKeyNoticeError("sketch summary field 'partition_counts' repeats a partition")
+        pairs = _pairs(self.items, "items", MAX_SUMMARY_ITEMS, ("key", "count"),
+                       lambda key, count: (_text(key, "items.key", 1), _count(count, "items.count", total)))
+        partition_pairs = _pairs(
+            self.partition_counts, "partition_counts", MAX_SUMMARY_PARTITIONS, ("partition", "count"),
+            lambda p, count: (_count(p, "partition_counts.partition", MAX_SUMMARY_PARTITIONS - 1),
+                              _count(count, "partition_counts.count", _INT64_MAX)))
         for name, value in (("window_s", window_s), ("span_s", span_s), ("items", tuple(pairs)),
                             ("partition_counts", tuple(partition_pairs)),
                             ("at_s", _number(self.at_s, "at_s", math.inf))):
@@ -356,6 +339,22 @@ _SUMMARY_FIELDS = frozenset(SketchSummary.__dataclass_fields__)
 _REQUIRED_SUMMARY_FIELDS = _SUMMARY_FIELDS - {"partition_counts"}
 
 
+
+
+def _pairs(value: Any, name: str, limit: int, names: tuple[str, str],
+           check: Callable[[Any, Any], tuple[Any, Any]]) -> tuple[tuple[Any, Any], ...]:
+    """Validate a summary field of at most ``limit`` distinct-first pairs, each through ``check``."""
+    shape = f"({names[0]}, {names[1]})"
+    if value.__class__ not in (tuple, list) or len(value) > limit:
+        raise HotKeyNoticeError(f"sketch summary field {name!r} must be a sequence of at most {limit} {shape} pairs")
+    out = []
+    for item in value:
+        if item.__class__ not in (tuple, list) or len(item) != 2:
+            raise HotKeyNoticeError(f"sketch summary field {name!r} must hold {shape} pairs")
+        out.append(check(item[0], item[1]))
+    if len({first for first, _ in out}) != len(out):
+        raise HotKeyNoticeError(f"sketch summary field {name!r} repeats a {names[0]}")
+    return tuple(out)
 
 
 def _count(value: Any, name: str, high: int) -> int:
