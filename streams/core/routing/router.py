@@ -200,8 +200,9 @@ class Router:
         self._memo_size = memo_size
         # key -> its unsplit decision in the bucket it was last routed in
         self._memo: dict[object, RoutingDecision] = {}
-        # placed key bytes -> (its home decision, its placement, {salt: decision of that salt})
-        self._placed_memo: dict[bytes, tuple[RoutingDecision, tuple[int, ...], dict[int, RoutingDecision]]] = {}
+        # placed key bytes -> (its home decision, its placement, {salt: decision of that salt}, or None when
+        # the placement names a partition the map of that bucket lacks: such events go home)
+        self._placed_memo: dict[bytes, tuple[RoutingDecision, tuple[int, ...], dict[int, RoutingDecision] | None]] = {}
         self._width_ms = buckets.width_ms
         self._placement_lookup = self.directory.lookup
         self._lock = threading.Lock()
@@ -343,10 +344,20 @@ class Router:
         does not have (an older, smaller map) routes home. Decisions are memoised per
         salt beside the home decision and the placement they derive from.
         """
-        compiled = self._newest
-        if decision[4] < compiled.first_ms:  # type: ignore[union-attr]
-            compiled = self._compiled_for(decision[4])
-        if max(placement) >= compiled.n:  # type: ignore[union-attr]
+        kb = decision[2]
+        memo = self._placed_memo
+        entry = memo.get(kb)
+        if entry is None or entry[0] is not decision or entry[1] is not placement:
+            # Checked once per (home decision, placement), not per event: the decision fixes bucket and map.
+            compiled = self._newest
+            if decision[4] < compiled.first_ms:  # type: ignore[union-attr]
+                compiled = self._compiled_for(decision[4])
+            entry = (decision, placement, {} if max(placement) < compiled.n else None)  # type: ignore[union-attr]
+            if len(memo) >= _SALTED_MEMO_LIMIT:
+                memo.clear()
+            memo[kb] = entry
+        subs = entry[2]
+        if subs is None:
             return decision
         k = len(placement)
         if k == 1:
@@ -359,22 +370,14 @@ class Router:
                     )
                 event_id = event_id_bytes(event_id)
             salt = _xxh3(event_id) % k  # type: ignore[arg-type]
-        kb = decision[2]
-        memo = self._placed_memo
-        entry = memo.get(kb)
-        if entry is None or entry[0] is not decision or entry[1] is not placement:
-            entry = (decision, placement, {})
-            if len(memo) >= _SALTED_MEMO_LIMIT:
-                memo.clear()
-            memo[kb] = entry
-        sub = entry[2].get(salt)
+        sub = subs.get(salt)
         if sub is None:
             topic, _, _, index, start, label, version, _ = decision
             sub = _decision(
                 RoutingDecision,
                 (topic, placement[salt], kb if k == 1 else salted_key(kb, salt), index, start, label, version, salt),
             )
-            entry[2][salt] = sub
+            subs[salt] = sub
         return sub
 
     def apply_notice(self, notice: HotKeyNotice) -> None:
