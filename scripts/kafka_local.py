@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real single-node Apache Kafka broker (KRaft, broker + controller) on 127.0.0.1.
+"""Real Apache Kafka brokers (KRaft, combined broker + controller nodes) on 127.0.0.1.
 
 The broker's jars come from Maven Central through Maven (``scripts/kafka/pom.xml``)
 and are cached outside git, in ``$STREAMS_CACHE_DIR`` (default
@@ -12,6 +12,8 @@ Used by the pytest session fixture, the demo, and by hand::
 
     python scripts/kafka_local.py fetch     # download the jars once
     python scripts/kafka_local.py run       # start, print the bootstrap address, wait for Ctrl-C
+    python scripts/kafka_local.py run --nodes 3    # a three-node cluster
+    python scripts/kafka_local.py run --sasl       # one secured node; prints the SCRAM user's properties
 
 This is development tooling, not part of the ``streams`` import package.
 """
@@ -22,6 +24,7 @@ import argparse
 import base64
 import ctypes
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -94,35 +97,53 @@ def _die_with_parent() -> None:
 
 SERVER_PROPERTIES = """\
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+node.id={node_id}
+controller.quorum.voters={voters}
+listeners={listeners}
+advertised.listeners={advertised}
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name={client_listener}
+listener.security.protocol.map={protocol_map}
 log.dirs={log_dir}
 num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
+default.replication.factor={replicas}
+min.insync.replicas={min_isr}
 auto.create.topics.enable=true
 delete.topic.enable=true
-# Single node: every internal topic has one replica, so transactions, consumer
-# groups and share groups work.
-offsets.topic.replication.factor=1
+# Internal topics have as many replicas as the cluster has nodes (at most 3), so
+# transactions, consumer groups and share groups work on one node and survive the
+# loss of one node of three.
+offsets.topic.replication.factor={replicas}
 offsets.topic.num.partitions=8
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor={replicas}
+transaction.state.log.min.isr={min_isr}
 transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor={replicas}
+share.coordinator.state.topic.min.isr={min_isr}
 # Tests join groups often; do not wait 3 s for more members.
 group.initial.rebalance.delay.ms=0
 # Compaction runs on a single node too; check often so compacted topics settle fast.
 log.cleaner.enable=true
 log.cleaner.backoff.ms=1000
 log.retention.check.interval.ms=5000
+# A SIGKILLed node is fenced (its partitions get new leaders) after 6 s, not 9 s.
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=6000
 """
+
+#: Added for a SASL/SCRAM client listener: clients and the inter-broker link
+#: authenticate with SCRAM; the controller listener stays PLAINTEXT (it serves no clients).
+SASL_PROPERTIES = """\
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=\\
+  org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=\\
+  org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";
+"""
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
 
 LOG4J2_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -140,9 +161,36 @@ LOG4J2_XML = """\
 """
 
 
+@dataclass(frozen=True)
+class ScramUser:
+    """A SASL/SCRAM user the secured broker knows from the moment it is formatted.
+
+    ``mechanism`` is the one clients use (the broker enables both SCRAM mechanisms and
+    stores the user's credentials for both).
+    """
+
+    username: str = "alice"
+    password: str = field(default_factory=lambda: "pw-" + secrets.token_hex(12), repr=False)
+    mechanism: str = "SCRAM-SHA-256"
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in SCRAM_MECHANISMS:
+            raise BrokerError(f"mechanism must be one of {SCRAM_MECHANISMS}, got {self.mechanism!r}")
+        for part in (self.username, self.password):
+            if not part or any(c in part for c in ',=[]"\\ '):
+                raise BrokerError("SCRAM user names and passwords here must be non-empty and free of ,=[]\" "
+                                  "spaces and backslashes (they go into StorageTool's --add-scram)")
+
+
 @dataclass
 class LocalKafka:
-    """One broker process. Use as a context manager, or call ``start``/``stop``.
+    """One broker + controller process. Use as a context manager, or call ``start``/``stop``.
+
+    Alone (the defaults) it is a single-node cluster; :class:`LocalKafkaCluster` makes
+    several with ``node_id``, ``voters`` and ``replicas`` set. With ``scram`` set, its
+    only client listener is SASL_PLAINTEXT with SCRAM (that user, and an inter-broker
+    user), so anonymous clients are refused; :meth:`client_config` gives the
+    user's librdkafka properties.
 
     ``bootstrap`` is ``127.0.0.1:<port>`` once started; ``started_in_s`` is how long
     the broker took from launch until it answered a metadata request.
@@ -153,9 +201,16 @@ class LocalKafka:
     workdir: Path | None = None
     port: int = 0
     controller_port: int = 0
+    node_id: int = 1
+    voters: str = ""
+    replicas: int = 1
+    min_isr: int = 1
+    cluster_id: str = ""
+    scram: ScramUser | None = None
     started_in_s: float = 0.0
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _own_workdir: bool = field(default=False, repr=False)
+    _broker_user: ScramUser = field(default_factory=lambda: ScramUser("streams-broker"), repr=False)
 
     @property
     def bootstrap(self) -> str:
@@ -168,46 +223,93 @@ class LocalKafka:
         assert self.workdir is not None
         return self.workdir / "broker.log"
 
+    def client_config(self) -> dict[str, str]:
+        """librdkafka properties a client needs here: bootstrap, and the SCRAM user's credentials if secured."""
+        config = {"bootstrap.servers": self.bootstrap}
+        if self.scram is not None:
+            config.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": self.scram.mechanism,
+                           "sasl.username": self.scram.username, "sasl.password": self.scram.password})
+        return config
+
     def start(self) -> "LocalKafka":
         """Fetch jars if needed, format fresh storage, launch, wait until it serves metadata."""
-        libs = fetch_jars(self.version)
-        java = shutil.which("java")
-        if java is None:
-            raise BrokerError("java is needed to run the Kafka broker (Java 17 or newer)")
-        if self.workdir is None:
-            self.workdir = Path(tempfile.mkdtemp(prefix="streams-kafka-"))
-            self._own_workdir = True
-        self.port = self.port or free_port()
-        self.controller_port = self.controller_port or free_port()
-        log_dir = self.workdir / "data"
-        config = self.workdir / "server.properties"
-        config.write_text(SERVER_PROPERTIES.format(port=self.port, controller_port=self.controller_port, log_dir=log_dir))
-        log4j = self.workdir / "log4j2.xml"
-        log4j.write_text(LOG4J2_XML.format(log_file=self.log_file))
-        classpath = f"{libs}/*"
-        jvm = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
-               "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         began = time.monotonic()
-        fmt = subprocess.run([*jvm, "kafka.tools.StorageTool", "format",
-                              # "=" form: a base64 id may start with "-", which argparse takes for a flag
-                              f"--cluster-id={cluster_id}", "--config", str(config)],
-                             capture_output=True, text=True)
-        if fmt.returncode != 0:
-            raise BrokerError(f"kafka StorageTool format failed:\n{fmt.stdout[-3000:]}{fmt.stderr[-3000:]}")
-        out = open(self.workdir / "broker.out", "wb")
-        self._proc = subprocess.Popen([*jvm, "kafka.Kafka", str(config)], stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, start_new_session=True)
-        out.close()
+        fmt = self.format_storage()
+        _check_format(fmt)
+        self.launch()
         try:
-            self._wait_ready(began)
+            self.wait_ready(began)
         except BaseException:
             self.stop()
             raise
         self.started_in_s = time.monotonic() - began
         return self
 
-    def _wait_ready(self, began: float) -> None:
+    def format_storage(self) -> subprocess.Popen[str]:
+        """Write the config (ports chosen now if unset) and start formatting the storage; returns the format process.
+
+        The caller waits for it (:func:`_check_format`), so several nodes can format at once.
+        """
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="streams-kafka-"))
+            self._own_workdir = True
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        self.controller_port = self.controller_port or free_port()
+        self.cluster_id = self.cluster_id or new_cluster_id()
+        self._config_file.write_text(self._properties())
+        (self.workdir / "log4j2.xml").write_text(LOG4J2_XML.format(log_file=self.log_file))
+        scram = []
+        for user in (self._broker_user, self.scram) if self.scram is not None else ():
+            assert user is not None
+            for mechanism in SCRAM_MECHANISMS:
+                scram += ["--add-scram", f"{mechanism}=[name={user.username},password={user.password}]"]
+        # "=" form: a base64 id may start with "-", which argparse takes for a flag
+        return subprocess.Popen([*self._jvm(), "kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
+                                 "--config", str(self._config_file), *scram],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def launch(self) -> None:
+        """Start the JVM on the formatted storage (also after a kill: the data survives)."""
+        assert self.workdir is not None
+        out = open(self.workdir / "broker.out", "ab")
+        # Popen from the thread that keeps running: PR_SET_PDEATHSIG fires when the
+        # *thread* that forked the JVM ends, not only the process.
+        self._proc = subprocess.Popen([*self._jvm(), "kafka.Kafka", str(self._config_file)], stdout=out,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      preexec_fn=_die_with_parent, start_new_session=True)
+        out.close()
+
+    @property
+    def _config_file(self) -> Path:
+        assert self.workdir is not None
+        return self.workdir / "server.properties"
+
+    def _jvm(self) -> list[str]:
+        libs = fetch_jars(self.version)
+        java = shutil.which("java")
+        if java is None:
+            raise BrokerError("java is needed to run the Kafka broker (Java 17 or newer)")
+        assert self.workdir is not None
+        return [java, f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
+                "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}", "-cp", f"{libs}/*"]
+
+    def _properties(self) -> str:
+        assert self.workdir is not None
+        client = "SASL_PLAINTEXT" if self.scram is not None else "PLAINTEXT"
+        text = SERVER_PROPERTIES.format(
+            node_id=self.node_id, voters=self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}",
+            listeners=f"{client}://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            advertised=f"{client}://127.0.0.1:{self.port}", client_listener=client,
+            protocol_map=f"{client}:{client},CONTROLLER:PLAINTEXT", log_dir=self.workdir / "data",
+            replicas=self.replicas, min_isr=self.min_isr)
+        if self.scram is not None:
+            text += SASL_PROPERTIES.format(user=self._broker_user.username, password=self._broker_user.password)
+        return text
+
+    def wait_ready(self, began: float, *, brokers: int = 1) -> None:
+        """Poll until this node answers a metadata request listing ``brokers`` brokers (or fail with BrokerError)."""
         from streams.kafka.clients import new_admin
 
         admin = None
@@ -223,12 +325,12 @@ class LocalKafka:
                 # librdkafka does not log a refused connection every 50 ms.
                 try:
                     socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                    admin = new_admin({"bootstrap.servers": self.bootstrap})
+                    admin = new_admin(self.client_config())
                 except OSError:
                     pass
             else:
                 try:
-                    if admin.list_topics(timeout=2).brokers:
+                    if len(admin.list_topics(timeout=2).brokers) >= brokers:
                         return
                 except Exception:  # noqa: BLE001 - KafkaException until metadata is served
                     pass
@@ -243,16 +345,33 @@ class LocalKafka:
                 texts.append(p.read_text(errors="replace")[-3000:])
         return "\n".join(texts)
 
-    def stop(self) -> None:
-        """SIGTERM the broker, wait for a clean shutdown, SIGKILL it if that takes too long."""
+    def kill(self) -> None:
+        """SIGKILL the JVM (a crash: no shutdown, no flush) and wait for it to be gone."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def terminate(self) -> None:
+        """Send SIGTERM (a clean shutdown begins); :meth:`wait_or_kill` or :meth:`stop` finishes it."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+
+    def wait_or_kill(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the JVM to exit, then SIGKILL it."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM the broker, wait for a clean shutdown, SIGKILL it if that takes too long."""
+        self.terminate()
+        self.wait_or_kill(STOP_TIMEOUT_S)
         if self._own_workdir and self.workdir is not None and not os.environ.get("STREAMS_KEEP_BROKER_DIR"):
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -274,21 +393,151 @@ class LocalKafka:
         self.stop()
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (base64 of a UUID, as ``kafka-storage random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _check_format(fmt: subprocess.Popen[str]) -> None:
+    out, _ = fmt.communicate()
+    if fmt.returncode != 0:
+        raise BrokerError(f"kafka StorageTool format failed:\n{out[-3000:]}")
+
+
+@dataclass
+class LocalKafkaCluster:
+    """``nodes`` combined broker + controller nodes on loopback, all of them voters of one KRaft quorum.
+
+    Each node has its own ports, log directory and JVM (``heap`` each). Topics get
+    ``min(3, nodes)`` replicas by default and ``min.insync.replicas`` 2 (1 for fewer
+    than 3 nodes); so do the offsets and transaction topics. :meth:`kill` SIGKILLs a
+    node, :meth:`restart` brings it back on its data, :meth:`leader_of` says which
+    node leads a partition. Start from the thread that will also stop it (see
+    :meth:`LocalKafka.launch`).
+    """
+
+    nodes: int = 3
+    version: str = KAFKA_VERSION
+    heap: str = "384m"
+    started_in_s: float = 0.0
+    members: dict[int, LocalKafka] = field(default_factory=dict, repr=False)
+    _workdir: Path | None = field(default=None, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers`` naming every node."""
+        return ",".join(node.bootstrap for node in self.members.values())
+
+    def start(self) -> "LocalKafkaCluster":
+        """Format every node's storage in parallel, launch them all, wait until metadata lists every broker."""
+        if self.nodes < 1:
+            raise BrokerError(f"nodes must be >= 1, got {self.nodes}")
+        began = time.monotonic()
+        self._workdir = Path(tempfile.mkdtemp(prefix="streams-kafka-cluster-"))
+        controller_ports = {i: free_port() for i in range(1, self.nodes + 1)}
+        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in controller_ports.items())
+        replicas = min(3, self.nodes)
+        cluster_id = new_cluster_id()
+        self.members = {i: LocalKafka(self.version, self.heap, self._workdir / f"node-{i}", controller_port=p,
+                                      node_id=i, voters=voters, replicas=replicas, min_isr=2 if replicas >= 3 else 1,
+                                      cluster_id=cluster_id)
+                        for i, p in controller_ports.items()}
+        try:
+            for fmt in [node.format_storage() for node in self.members.values()]:
+                _check_format(fmt)
+            for node in self.members.values():
+                node.launch()
+            for node in self.members.values():
+                node.wait_ready(began, brokers=self.nodes)
+        except BaseException:
+            self.stop()
+            raise
+        self.started_in_s = time.monotonic() - began
+        return self
+
+    def node(self, node_id: int) -> LocalKafka:
+        """The node with ``node_id`` (1..nodes); raises BrokerError for another id."""
+        if node_id not in self.members:
+            raise BrokerError(f"no node {node_id}: the cluster has nodes {sorted(self.members)}")
+        return self.members[node_id]
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node (a crash); the others carry on if a quorum remains."""
+        self.node(node_id).kill()
+
+    def restart(self, node_id: int, *, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Launch a stopped or killed node on its own data; return once metadata lists every broker again."""
+        node = self.node(node_id)
+        if node.running:
+            raise BrokerError(f"node {node_id} is still running")
+        began = time.monotonic()
+        node.launch()
+        node.wait_ready(began - START_TIMEOUT_S + timeout_s, brokers=self.nodes)
+
+    def leader_of(self, topic: str, partition: int, *, timeout_s: float = 10.0) -> int:
+        """The node id leading ``topic``'s ``partition`` now (metadata from a running node); -1 if none."""
+        from streams.kafka.clients import new_admin
+
+        running = [n for n in self.members.values() if n.running]
+        if not running:
+            raise BrokerError("no node of the cluster is running")
+        admin = new_admin({"bootstrap.servers": ",".join(n.bootstrap for n in running)})
+        md = admin.list_topics(topic, timeout=timeout_s)
+        info = md.topics.get(topic)
+        if info is None or info.error is not None or partition not in info.partitions:
+            raise BrokerError(f"no metadata for {topic}[{partition}]: {info.error if info else 'unknown topic'}")
+        return int(info.partitions[partition].leader)
+
+    def stop(self, *, grace_s: float = 3.0) -> None:
+        """SIGTERM every node at once, SIGKILL what still runs after ``grace_s``, and delete their data.
+
+        All at once and briefly: the data is thrown away, and nodes shutting down one
+        after the other would wait for a quorum that is leaving too.
+        """
+        running = [n for n in self.members.values() if n.running]
+        for node in running:
+            node.terminate()
+        deadline = time.monotonic() + grace_s
+        for node in running:
+            node.wait_or_kill(max(0.0, deadline - time.monotonic()))
+        if self._workdir is not None and not os.environ.get("STREAMS_KEEP_BROKER_DIR"):
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalKafkaCluster":
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``fetch`` the jars, or ``run`` a broker in the foreground until interrupted."""
+    """``fetch`` the jars, or ``run`` a broker (``--nodes N`` a cluster, ``--sasl`` secured) until interrupted."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["fetch", "run"])
     parser.add_argument("--version", default=KAFKA_VERSION)
     parser.add_argument("--port", type=int, default=0, help="broker port (default: a free one)")
+    parser.add_argument("--nodes", type=int, default=1, help="start a cluster of this many nodes (default: 1)")
+    parser.add_argument("--sasl", action="store_true",
+                        help="one node whose client listener is SASL_PLAINTEXT with SCRAM (prints the user)")
     args = parser.parse_args(argv)
     if args.command == "fetch":
         print(fetch_jars(args.version))
         return 0
-    with LocalKafka(version=args.version, port=args.port) as kafka:
+    if args.nodes > 1 and (args.sasl or args.port):
+        parser.error("--nodes > 1 takes neither --sasl nor --port")
+    kafka: LocalKafka | LocalKafkaCluster
+    if args.nodes > 1:
+        kafka = LocalKafkaCluster(nodes=args.nodes, version=args.version)
+    else:
+        kafka = LocalKafka(version=args.version, port=args.port, scram=ScramUser() if args.sasl else None)
+    with kafka:
         print(f"Kafka {kafka.version} ready at {kafka.bootstrap} in {kafka.started_in_s:.1f} s (Ctrl-C stops it)", flush=True)
+        if isinstance(kafka, LocalKafka) and kafka.scram is not None:
+            print("client properties: " + ", ".join(f"{k}={v}" for k, v in kafka.client_config().items()), flush=True)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
-            while kafka.running:
+            while all(n.running for n in (kafka.members.values() if isinstance(kafka, LocalKafkaCluster) else [kafka])):
                 time.sleep(1)
         except KeyboardInterrupt:
             pass

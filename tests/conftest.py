@@ -1,8 +1,11 @@
 """Shared fixtures: the real Kafka broker (started once per session) and topic helpers.
 
 ``KAFKA_BOOTSTRAP`` names an existing cluster; otherwise the session starts the
-project's own single-node KRaft broker (scripts/kafka_local.py). A test that needs
-the broker fails loudly when it cannot be had; nothing here skips.
+project's own single-node KRaft broker (scripts/kafka_local.py). Two more brokers are
+started only if a test asks for them, once per session: ``kafka_cluster`` (three
+nodes, replication factor 3) and ``secured_kafka`` (one node with a SASL/SCRAM
+listener only). A test that needs a broker fails loudly when it cannot be had;
+nothing here skips.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +54,62 @@ def kafka_bootstrap() -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+@dataclass(frozen=True)
+class SecuredKafka:
+    """A broker whose only client listener is SASL_PLAINTEXT with SCRAM, and the one user it knows."""
+
+    bootstrap: str
+    username: str
+    password: str
+    mechanism: str
+
+    def client_config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka properties that authenticate as the user, then ``extra``."""
+        return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": self.mechanism, "sasl.username": self.username,
+                "sasl.password": self.password, **extra}
+
+
+@pytest.fixture(scope="session")
+def secured_kafka() -> Iterator[SecuredKafka]:
+    """A single-node broker with a SASL/SCRAM-SHA-256 listener, started the first time a test asks."""
+    from kafka_local import LocalKafka, ScramUser
+
+    broker = LocalKafka(heap="384m", scram=ScramUser("alice", mechanism="SCRAM-SHA-256"))
+    _start_or_fail(broker, "secured (SASL/SCRAM) Kafka broker")
+    assert broker.scram is not None
+    print(f"\n[kafka] secured broker at {broker.bootstrap} (SCRAM user {broker.scram.username}), "
+          f"started in {broker.started_in_s:.1f} s")
+    try:
+        yield SecuredKafka(broker.bootstrap, broker.scram.username, broker.scram.password, broker.scram.mechanism)
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[Any]:
+    """A three-node KRaft cluster (``LocalKafkaCluster``), started the first time a test asks.
+
+    Tests may ``kill`` and ``restart`` nodes; each restores what it killed.
+    """
+    from kafka_local import LocalKafkaCluster
+
+    cluster = LocalKafkaCluster(nodes=3)
+    _start_or_fail(cluster, "three-node Kafka cluster")
+    print(f"\n[kafka] three-node cluster at {cluster.bootstrap}, started in {cluster.started_in_s:.1f} s")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _start_or_fail(broker: Any, what: str) -> None:
+    try:
+        broker.start()
+    except Exception as exc:  # noqa: BLE001 - turn any start failure into a loud failure
+        pytest.fail(f"the {what} needed by this test could not be started: {exc}", pytrace=False)
 
 
 def _require_reachable(bootstrap: str) -> None:
