@@ -115,7 +115,11 @@ class WorkerSettings:
     ``hot_window_s`` is the measurement window (keys and partition loads); the
     ``balance_*`` settings are :class:`~streams.core.hotkeys.decider.BalancePolicy`'s
     knobs (see :meth:`balance_policy`); ``hot_min_window_events`` is how many events
-    the window must hold before the decider trusts it.
+    the window must hold before the decider trusts it. ``watermark_agreement`` is how
+    many records of a partition must reach an event time before its watermark moves
+    there (2: one record with a bad clock cannot close buckets early);
+    ``dedup_ids`` counts an event ID once per (bucket, source partition) while the
+    bucket is open.
     """
 
     app_id: str = "streams-worker"
@@ -124,6 +128,8 @@ class WorkerSettings:
     grace: str = "10s"
     allowed_delay: str = "2s"
     idle_timeout: str = "30s"
+    watermark_agreement: int = 2
+    dedup_ids: bool = True
     retention: str = "1h"
     serializer: str = "json"
     placement: str = "mod"
@@ -146,6 +152,7 @@ class WorkerSettings:
         require_int("partitions", self.partitions, 1, 100_000)
         for name in ("allowed_delay", "idle_timeout", "retention"):
             require_duration(name, getattr(self, name))
+        require_int("watermark_agreement", self.watermark_agreement, 1, 16)
         require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
         require((self.placement, self.hash) in PLACERS, "placement/hash",
                 f"a pair of {PLACEMENTS} and {HASHES}", (self.placement, self.hash))
