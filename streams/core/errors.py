@@ -65,7 +65,19 @@ class RoutingMapError(StreamsError, ValueError):
 
 
 class SerializationError(StreamsError, ValueError):
-    """A payload could not be encoded or decoded with its schema."""
+    """A payload could not be encoded or decoded with its schema.
+
+    ``field`` names what was wrong, when that is known: a field of the record
+    (``"key"``, ``"ts_ms"``, ``"attributes"`` ...), ``"payload"`` when the bytes as a
+    whole are not one record (not JSON, not an object, empty, trailing bytes), or
+    ``"content-type"`` when they are a record of the other format than the one they
+    were read as; None when no field applies (a schema file missing, say). The
+    message names it too.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class HotKeyNoticeError(StreamsError, ValueError):

@@ -5,8 +5,11 @@ for both formats: Avro writes it schemaless (the reader knows the schema, as wit
 schema registry's fixed subject), and JSON records are validated against the same
 schema on decode, so a JSON producer cannot smuggle in what Avro would refuse.
 
-Every failure is a :class:`~streams.core.errors.SerializationError` naming the schema and,
-where fastavro reports one, the field.
+Every failure is a :class:`~streams.core.errors.SerializationError` naming the schema and
+what is wrong in ``field`` (and in its message): the record's field that is missing,
+of the wrong type, null where the schema allows none, or truncated or corrupt in
+Avro; ``"payload"`` when the bytes as a whole are not one record; ``"content-type"``
+when they are a record of the other format.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import orjson
 
 from streams.core.errors import SerializationError
 
-__all__ = ["Codec", "AvroCodec", "JsonCodec", "codec_for", "load_schema", "schema_files", "CONTENT_TYPE", "Format"]
+__all__ = ["Codec", "AvroCodec", "JsonCodec", "codec_for", "load_schema", "schema_files", "CONTENT_TYPE", "Format",
+           "PAYLOAD", "CONTENT_TYPE_FIELD"]
 
 Format = Literal["avro", "json"]
 
@@ -90,7 +94,7 @@ class AvroCodec:
         self._schema = load_schema(schema_name)
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
-        """Avro binary of ``record``; raises SerializationError naming the schema on a mismatch."""
+        """Avro binary of ``record``; raises SerializationError naming the schema and the field on a mismatch."""
         buf = io.BytesIO()
         try:
             fastavro.schemaless_writer(buf, self._schema, record)
@@ -99,23 +103,41 @@ class AvroCodec:
         return buf.getvalue()
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        """The record in ``data``; trailing bytes, truncation and bad values are errors."""
+        """The record in ``data``; raises SerializationError whose ``field`` says what is wrong.
+
+        An empty payload, trailing bytes or a non-bytes value are ``"payload"``; a
+        JSON object read as Avro is ``"content-type"``; a truncated or corrupt value
+        names the field being read when it failed (see :func:`_failing_field`).
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise SerializationError(f"{self.schema_name}: expected bytes, got {type(data).__name__}")
+            raise _error(self.schema_name, PAYLOAD, f"the payload is a {type(data).__name__}, not bytes")
+        if not data:
+            raise _error(self.schema_name, PAYLOAD, "the payload is empty")
         buf = io.BytesIO(data)
         try:
             record = fastavro.schemaless_reader(buf, self._schema, None)
         except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
-            raise SerializationError(f"{self.schema_name}: corrupt Avro payload ({type(exc).__name__}: {exc})") from exc
+            if _is_json_object(data):
+                raise _error(self.schema_name, CONTENT_TYPE_FIELD,
+                             "the payload is JSON, but its content-type says Avro") from exc
+            field = _failing_field(self.schema_name, data)
+            what = "corrupt Avro payload" if field == PAYLOAD else "is truncated or corrupt"
+            raise _error(self.schema_name, field, f"{what} ({type(exc).__name__}: {exc})"[:300]) from exc
         if buf.tell() != len(data):
-            raise SerializationError(f"{self.schema_name}: {len(data) - buf.tell()} trailing bytes after the record")
+            if _is_json_object(data):
+                raise _error(self.schema_name, CONTENT_TYPE_FIELD, "the payload is JSON, but its content-type says Avro")
+            raise _error(self.schema_name, PAYLOAD, f"{len(data) - buf.tell()} trailing bytes after the record in the payload")
         if not isinstance(record, dict):
-            raise SerializationError(f"{self.schema_name}: payload is not a record")
+            raise _error(self.schema_name, PAYLOAD, "the payload is not a record")
         return record
 
 
 class JsonCodec:
-    """JSON through orjson; decoded records are validated against the same Avro schema."""
+    """JSON through orjson; decoded records are validated against the same Avro schema.
+
+    Fields the schema does not know are kept, not refused (a newer producer may add
+    some; the Avro reader skips them the same way).
+    """
 
     format: Format = "json"
 
@@ -131,23 +153,43 @@ class JsonCodec:
             raise _mismatch(self.schema_name, record, exc) from exc
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        """The record in ``data``, with defaults filled in; raises SerializationError naming the field."""
+        """The record in ``data``, with defaults filled in; raises SerializationError whose ``field`` says what is wrong.
+
+        Bytes that are not JSON (syntax, not UTF-8, NaN, a byte order mark, trailing
+        text) or JSON that is not an object are ``"payload"``; this schema's Avro read
+        as JSON is ``"content-type"``; a missing field, a wrong type or a null where the
+        schema allows none names the field.
+        """
         try:
             record = orjson.loads(data)
         except (orjson.JSONDecodeError, TypeError) as exc:
-            raise SerializationError(f"{self.schema_name}: invalid JSON ({exc})") from exc
+            if isinstance(data, (bytes, bytearray, memoryview)) and data and self._is_avro(data):
+                raise _error(self.schema_name, CONTENT_TYPE_FIELD,
+                             "the payload is Avro, but its content-type says JSON") from exc
+            raise _error(self.schema_name, PAYLOAD, f"invalid JSON payload ({exc})"[:300]) from exc
         if not isinstance(record, dict):
-            raise SerializationError(f"{self.schema_name}: JSON payload is a {type(record).__name__}, not an object")
+            raise _error(self.schema_name, PAYLOAD, f"the JSON payload is a {type(record).__name__}, not an object")
         for field in self._schema["fields"]:
-            if field["name"] not in record and "default" in field:
+            if field["name"] not in record:
+                if "default" not in field:
+                    raise _error(self.schema_name, field["name"], "is missing")
                 record[field["name"]] = field["default"]
         # The boolean check is ~4x cheaper; only a failing record pays for the detailed one.
         if not fastavro.validation.validate(record, self._schema, raise_errors=False, strict=True):
             try:
                 fastavro.validation.validate(record, self._schema, raise_errors=True, strict=True)
             except fastavro.validation.ValidationError as exc:
-                raise SerializationError(f"{self.schema_name}: {_first_error(exc)}") from exc
+                raise _validation_error(self.schema_name, self._schema, exc) from exc
         return record
+
+    def _is_avro(self, data: bytes) -> bool:
+        """Whether ``data`` is exactly one record of this schema in Avro (the failure path only)."""
+        buf = io.BytesIO(data)
+        try:
+            fastavro.schemaless_reader(buf, self._schema, None)
+        except Exception:  # noqa: BLE001 - any failure means "not Avro"
+            return False
+        return buf.tell() == len(data)
 
 
 def codec_for(fmt: str, schema_name: str) -> Codec:
@@ -159,22 +201,73 @@ def codec_for(fmt: str, schema_name: str) -> Codec:
     raise SerializationError(f"serializer must be 'avro' or 'json', got {fmt!r}")
 
 
+#: ``SerializationError.field`` when the bytes as a whole are not one record.
+PAYLOAD = "payload"
+#: ``SerializationError.field`` when the bytes are a record of the other format.
+CONTENT_TYPE_FIELD = "content-type"
+_PSEUDO_FIELDS = (PAYLOAD, CONTENT_TYPE_FIELD)
+
+
+def _error(schema_name: str, field: str, detail: str) -> SerializationError:
+    """The error for ``field``: a record field is quoted as ``field 'x'``; payload-wide details name themselves."""
+    where = "" if field in _PSEUDO_FIELDS else f"field {field!r} "
+    return SerializationError(f"{schema_name}: {where}{detail}", field=field)
+
+
 def _mismatch(schema_name: str, record: Any, exc: Exception) -> SerializationError:
     if not isinstance(record, Mapping):
-        return SerializationError(f"{schema_name}: expected a mapping, got {type(record).__name__}")
+        return _error(schema_name, PAYLOAD, f"expected a mapping for the payload, got {type(record).__name__}")
     schema = load_schema(schema_name)
+    for field in schema["fields"]:
+        if field["name"] not in record and "default" not in field:
+            return _error(schema_name, field["name"], "is missing")
     try:
         fastavro.validation.validate(record, schema, raise_errors=True)
     except fastavro.validation.ValidationError as verr:
-        return SerializationError(f"{schema_name}: {_first_error(verr)}")
+        return _validation_error(schema_name, schema, verr)
     return SerializationError(f"{schema_name}: cannot encode record ({type(exc).__name__}: {exc})")
 
 
-def _first_error(exc: fastavro.validation.ValidationError) -> str:
+def _validation_error(schema_name: str, schema: Any, exc: fastavro.validation.ValidationError) -> SerializationError:
+    """The first of fastavro's errors as ours: ``streams.Event.ts_ms`` becomes the field ``ts_ms``."""
     errors = getattr(exc, "errors", None) or [str(exc)]
     first = errors[0]
-    field = getattr(first, "field", None)
+    path = str(getattr(first, "field", None) or "")
+    prefix = f"{schema['name']}."
+    field = path[len(prefix):] if path.startswith(prefix) else path.rsplit(".", 1)[-1]
+    if not field:
+        return _error(schema_name, PAYLOAD, f"the payload does not match the schema: {str(first)[:200]}")
     datum = getattr(first, "datum", None)
-    if field:
-        return f"field {str(field).split('.')[-1]!r}: invalid value {datum!r:.80}"
-    return str(first)[:200]
+    what = "null" if datum is None else f"{type(datum).__name__} {datum!r:.80}"
+    return _error(schema_name, field, f"has an invalid value: {what}")
+
+
+def _is_json_object(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` is a JSON object (the failure path only: Avro bytes that were JSON)."""
+    try:
+        return isinstance(orjson.loads(data), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+@lru_cache(maxsize=None)
+def _field_readers(schema_name: str) -> tuple[tuple[str, Any], ...]:
+    """Each top-level field of a record schema with its own type parsed as a schema, in order."""
+    schema = load_schema(schema_name)
+    named: dict[str, Any] = {}
+    return tuple((f["name"], fastavro.parse_schema(f["type"], named_schemas=named)) for f in schema["fields"])
+
+
+def _failing_field(schema_name: str, data: bytes | bytearray | memoryview) -> str:
+    """The field being read when decoding ``data`` failed.
+
+    An Avro record is its fields' encodings one after another, so reading them one
+    at a time from one buffer finds the first that is truncated or corrupt.
+    """
+    buf = io.BytesIO(bytes(data))
+    for field, field_schema in _field_readers(schema_name):
+        try:
+            fastavro.schemaless_reader(buf, field_schema, None)
+        except Exception:  # noqa: BLE001 - fastavro raises many types on corrupt input
+            return field
+    return PAYLOAD
