@@ -18,6 +18,11 @@ It owns error handling, so a command simply raises:
   (before or after the subcommand) prints the traceback first and shows
   librdkafka's own warnings.
 
+Credentials never reach the terminal: every credential value known from the
+settings (or from ``$STREAMS_KAFKA_*`` secret variables) is scrubbed from error
+lines, tracebacks and log records (:func:`streams.core.config.scrub`,
+:func:`~streams.core.config.install_log_redaction`), whatever shape carried it.
+
 The helpers below are shared by the command modules: Kafka connection flags
 (:func:`add_kafka_arguments`, :func:`kafka_client_config`, credentials never
 printed), ``--json`` output (:func:`print_json`), and reports that are rich tables
@@ -42,7 +47,14 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException
 
 from streams import __version__
-from streams.core.config import KafkaSettings, load
+from streams.core.config import (
+    KafkaSettings,
+    install_log_redaction,
+    is_secret,
+    load,
+    remember_secrets,
+    scrub,
+)
 from streams.core.errors import ConfigError, StreamsError
 from streams.core.validate import require_duration, require_int
 
@@ -96,6 +108,9 @@ Every command takes --help. Exit status: 0 success, 1 error (one line on stderr)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``streams`` command line with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    remember_secrets({var: value for var, value in os.environ.items()
+                      if var.startswith("STREAMS_KAFKA_") and is_secret(var.replace("_", "."))})
+    install_log_redaction()
     parser, registry = build_parser()
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
@@ -151,8 +166,8 @@ def _all_subparsers(subparsers: argparse._SubParsersAction) -> list[argparse.Arg
 
 def _fail(message: str, debug: bool) -> int:
     if debug:
-        traceback.print_exc()
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(scrub(traceback.format_exc()), file=sys.stderr, end="")
+    print(f"{PROG}: error: {scrub(message)}", file=sys.stderr)
     return 1
 
 

@@ -26,7 +26,7 @@ from streams.cli import (
     kafka_client_config,
     print_json,
 )
-from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load
+from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load, scrub
 from streams.core.errors import StreamsError
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.kafka.admin import TopicNotFoundError, topic_partitions
@@ -105,10 +105,12 @@ def run(args: argparse.Namespace) -> int:
     env = environment(args)
     command = faust_command(args)
     if args.dry_run:
+        shown = {k: scrub(v) for k, v in env.items()}  # no credential, whatever variable carries it
         if args.json:
-            print_json({"env": env, "command": command})
+            print_json({"env": shown, "command": [scrub(c) for c in command]})
         else:
-            print(" ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.quote(c) for c in command]))
+            print(scrub(" ".join([f"{k}={shlex.quote(v)}" for k, v in shown.items()]
+                                 + [shlex.quote(c) for c in command])))
         return 0
     os.environ.update(env)  # what the worker will see: check the cluster with exactly that
     try:

@@ -12,13 +12,22 @@ Each settings class can be built three ways, later sources winning:
 Values are coerced to the field's type and checked; a bad one raises
 :class:`~streams.core.errors.ConfigError` naming the field, the source and the allowed
 range. Client properties that carry credentials (SASL passwords, TLS keys, OAuth
-configs) are never shown: ``repr`` and every error use :func:`redact`.
+configs) are never shown, by name *and by value*: :func:`redact` masks them in a
+config dict, and every secret value a KafkaSettings was built from is remembered
+(:func:`remember_secrets`) so :func:`scrub` can replace it wherever it appears in a
+text we print or log: error messages, tracebacks, ``repr``, dry-run output, and
+every log record once :func:`install_log_redaction` ran (the CLI and the worker do).
+``client_properties`` may be a TOML table or a string of ``key=value`` items (one
+per line, or comma-separated on one line); see :func:`parse_client_properties`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import re
+import threading
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,15 +39,147 @@ from streams.core.hotkeys.decider import BalancePolicy
 from streams.core.routing.placement import HASHES, PLACEMENTS, PLACERS
 from streams.core.validate import require, require_duration, require_int, require_topic
 
-__all__ = ["KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS"]
+__all__ = [
+    "KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS",
+    "is_secret", "secret_values", "remember_secrets", "known_secrets", "scrub", "install_log_redaction",
+    "parse_client_properties", "MASK",
+]
 
 #: librdkafka property names containing any of these are credentials.
 SECRET_MARKERS = ("password", "secret", "jaas", "ssl.key", "keystore", "oauthbearer.config", "token", "credentials")
 
 
+#: What a credential is replaced with.
+MASK = "***"
+#: Secret values shorter than this are not scrubbed from free text (masking "1" or
+#: "ab" everywhere would garble every message); they are still masked by name.
+MIN_SCRUBBED_LENGTH = 4
+#: A password inside a JAAS config value (``... password="s3cret";``).
+_JAAS_PASSWORD = re.compile(r"""password\s*=\s*"([^"]*)"|password\s*=\s*'([^']*)'""")
+
+_known: set[str] = set()
+_known_lock = threading.Lock()
+
+
+def is_secret(name: str) -> bool:
+    """True if the client property ``name`` carries a credential (any of SECRET_MARKERS, any case)."""
+    lowered = str(name).lower()
+    return any(m in lowered for m in SECRET_MARKERS)
+
+
+def secret_values(config: Mapping[str, Any]) -> frozenset[str]:
+    """The credential values in ``config``: values of secret-named keys, and passwords inside JAAS configs.
+
+    Only values of at least MIN_SCRUBBED_LENGTH characters are returned (see there).
+    """
+    found: set[str] = set()
+    for key, value in config.items():
+        if not is_secret(key) or value is None or isinstance(value, bool):
+            continue
+        text = str(value)
+        found.add(text)
+        found.update(a or b for a, b in _JAAS_PASSWORD.findall(text))
+    return frozenset(v for v in found if len(v) >= MIN_SCRUBBED_LENGTH)
+
+
+def remember_secrets(values: Mapping[str, Any] | frozenset[str] | set[str]) -> None:
+    """Add credential values (a config mapping's, or the values themselves) to the process-wide set :func:`scrub` masks."""
+    found = secret_values(values) if isinstance(values, Mapping) else {v for v in values
+                                                                         if len(v) >= MIN_SCRUBBED_LENGTH}
+    if found:
+        with _known_lock:
+            _known.update(found)
+
+
+def known_secrets() -> frozenset[str]:
+    """Every credential value remembered so far in this process."""
+    with _known_lock:
+        return frozenset(_known)
+
+
+def scrub(text: str, secrets: frozenset[str] | set[str] | None = None) -> str:
+    """``text`` with every occurrence of a secret value (default: :func:`known_secrets`) replaced by MASK.
+
+    Longer secrets are replaced first, so one that contains another is masked whole.
+    """
+    values = known_secrets() if secrets is None else secrets
+    for value in sorted(values, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, MASK)
+    return text
+
+
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a client config with every credential replaced by ``'***'``."""
-    return {k: ("***" if any(m in k.lower() for m in SECRET_MARKERS) else v) for k, v in config.items()}
+    """A copy of a client config with every credential replaced by MASK.
+
+    Secret-named keys are masked whole; any other string value that contains a
+    credential (of this config, or one remembered) has it scrubbed.
+    """
+    secrets = secret_values(config) | known_secrets()
+    return {k: (MASK if is_secret(k) else scrub(v, secrets) if isinstance(v, str) else v) for k, v in config.items()}
+
+
+def install_log_redaction() -> None:
+    """Scrub remembered credentials from every log record created from now on, whatever logger or handler.
+
+    Installs a log record factory (idempotent): a record whose formatted message or
+    traceback contains a known secret gets the scrubbed text as its message (and
+    pre-formatted traceback), so no handler or formatter can print the value.
+    """
+    current = logging.getLogRecordFactory()
+    if getattr(current, "_streams_redacting", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = current(*args, **kwargs)
+        secrets = known_secrets()
+        if not secrets:
+            return record
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string is the logging module's to report
+            return record
+        cleaned = scrub(message, secrets)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and record.exc_info[0] is not None:
+            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info), secrets)
+        return record
+
+    factory._streams_redacting = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
+def parse_client_properties(text: str, source: str = "client_properties") -> dict[str, str]:
+    """librdkafka properties from a string: ``key=value`` items, one per line, or comma-separated on one line.
+
+    Blank lines and ``#`` comments are skipped. On one line, an item without ``=``
+    continues the previous value (``ssl.cipher.suites=A,B`` stays whole). Raises
+    ConfigError naming ``source`` and the item's position (never its text: it may be
+    a password) for an item without a key.
+    """
+    lines = [line.strip() for line in text.splitlines()]
+    items = [line for line in lines if line and not line.startswith("#")]
+    if len(items) == 1:
+        items = _comma_items(items[0])
+    props: dict[str, str] = {}
+    for position, item in enumerate(items, 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{source}: item {position} is not key=value (its text is not shown: it may be a "
+                              "credential); write client_properties as a TOML table or key=value lines")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def _comma_items(line: str) -> list[str]:
+    items: list[str] = []
+    for part in line.split(","):
+        if items and "=" not in part:
+            items[-1] += "," + part
+        elif part.strip():
+            items.append(part.strip())
+    return items
 
 
 @dataclass(frozen=True)
@@ -46,13 +187,21 @@ class KafkaSettings:
     """Where the cluster is and how to talk to it.
 
     ``client_properties`` are passed to librdkafka as they are (``security.protocol``,
-    ``sasl.*``, ``ssl.*`` ...); they are redacted from ``repr``.
+    ``sasl.*``, ``ssl.*`` ...): a mapping, or a string parsed by
+    :func:`parse_client_properties`. They are redacted from ``repr``, and their
+    credential values are remembered for :func:`scrub` as soon as the settings exist.
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
     client_properties: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.client_properties, str):
+            object.__setattr__(self, "client_properties", parse_client_properties(self.client_properties))
+        if not isinstance(self.client_properties, Mapping):
+            raise ConfigError("client_properties must be a table of librdkafka properties or key=value lines, "
+                              f"got {type(self.client_properties).__name__}")
+        remember_secrets(self.client_properties)
         require(bool(self.bootstrap_servers.strip()), "bootstrap_servers", "a non-empty host:port list", self.bootstrap_servers)
         for key, value in self.client_properties.items():
             if not isinstance(key, str) or not isinstance(value, (str, int, float, bool)):
@@ -223,6 +372,7 @@ def load(cls: type[T], *, toml_path: str | Path | None = None, env: Mapping[str,
         props = dict(values.get("client_properties", {}))
         props.update({var[len("STREAMS_KAFKA_"):].lower().replace("_", "."): value
                       for var, value in env.items() if var.startswith("STREAMS_KAFKA_")})
+        remember_secrets(props)  # before anything below can fail with a message
         if props:
             values["client_properties"] = props
     for key, value in overrides.items():
@@ -253,8 +403,16 @@ def _coerce(name: str, hint: Any, raw: Any, source: str) -> Any:
             if isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
                 return str(raw)
         elif isinstance(raw, Mapping):
-            return {str(k): v for k, v in raw.items()}
-    except (TypeError, ValueError):  # int("x"), float("x"), int(float("inf")) ...
-        pass
-    shown = "***" if any(m in name for m in SECRET_MARKERS) else repr(raw)
+            props = {str(k): v for k, v in raw.items()}
+            remember_secrets(props)
+            return props
+        elif isinstance(raw, str):
+            props = parse_client_properties(raw, f"{name} (from {source})")
+            remember_secrets(props)
+            return props
+    except (TypeError, ValueError) as exc:  # int("x"), float("x"), int(float("inf")) ...
+        if isinstance(exc, ConfigError):
+            raise
+    # A table-shaped setting's value may hold credentials whatever its name: never echo it.
+    shown = MASK if is_secret(name) or hint not in (bool, int, float, str) else scrub(repr(raw))
     raise ConfigError(f"{name} (from {source}) must be {getattr(hint, '__name__', hint)}, got {shown}")

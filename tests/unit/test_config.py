@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,13 @@ from streams.core.config import (
     ProducerSettings,
     TopicNames,
     WorkerSettings,
+    install_log_redaction,
+    known_secrets,
     load,
+    parse_client_properties,
     redact,
+    scrub,
+    secret_values,
 )
 from streams.core.errors import ConfigError
 
@@ -61,3 +67,73 @@ def test_topic_names_must_be_legal_kafka_names_except_for_the_bucket_placeholder
     assert TopicNames(events="events.{bucket}").events == "events.{bucket}"
     with pytest.raises(ConfigError, match="events must be a Kafka topic name"):
         TopicNames(events="bad topic!")
+
+
+# --- redaction by value (issue 14, item 7) ---------------------------------------------------
+
+
+def test_string_shaped_client_properties_in_toml_are_parsed_and_the_password_never_shown(tmp_path: Path) -> None:
+    cfg = tmp_path / "streams.toml"
+    cfg.write_text('[kafka]\nclient_properties = "security.protocol=SASL_PLAINTEXT,sasl.username=bob,'
+                   'sasl.password=str-shaped-secret-1"\n')
+    s = load(KafkaSettings, toml_path=cfg, env={})
+    assert s.client_config()["sasl.password"] == "str-shaped-secret-1"
+    assert s.client_config()["security.protocol"] == "SASL_PLAINTEXT"
+    assert "str-shaped-secret-1" not in repr(s)
+    assert "str-shaped-secret-1" in known_secrets()
+
+
+def test_client_properties_as_key_value_lines_keep_commas_inside_values() -> None:
+    props = parse_client_properties("# tls\nssl.cipher.suites=A,B\nsasl.password = p=w,x\n")
+    assert props == {"ssl.cipher.suites": "A,B", "sasl.password": "p=w,x"}
+    assert parse_client_properties("ssl.cipher.suites=A,B,sasl.username=u") == {
+        "ssl.cipher.suites": "A,B", "sasl.username": "u"}
+
+
+def test_a_malformed_client_properties_string_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    cfg = tmp_path / "streams.toml"
+    cfg.write_text('[kafka]\nclient_properties = "=malformed-secret-2"\n')
+    with pytest.raises(ConfigError) as info:
+        load(KafkaSettings, toml_path=cfg, env={})
+    assert "client_properties" in str(info.value) and "item 1" in str(info.value)
+    assert "malformed-secret-2" not in str(info.value)
+
+
+def test_a_client_properties_value_of_the_wrong_shape_is_not_echoed(tmp_path: Path) -> None:
+    cfg = tmp_path / "streams.toml"
+    cfg.write_text('[kafka]\nclient_properties = ["sasl.password=list-secret-3"]\n')
+    with pytest.raises(ConfigError, match=r"client_properties .* got \*\*\*") as info:
+        load(KafkaSettings, toml_path=cfg, env={})
+    assert "list-secret-3" not in str(info.value)
+
+
+def test_scrub_replaces_every_known_secret_value_wherever_it_appears() -> None:
+    KafkaSettings(client_properties={"sasl.password": "scrub-secret-4", "sasl.username": "u"})
+    text = "connect failed: bad credentials scrub-secret-4 for u (scrub-secret-4)"
+    assert scrub(text) == "connect failed: bad credentials *** for u (***)"
+    assert scrub("nothing here") == "nothing here"
+
+
+def test_redact_masks_secret_names_and_secret_values_under_other_names() -> None:
+    config = {"sasl.password": "redact-secret-5", "client.id": "app-redact-secret-5", "acks": "all", "linger.ms": 5}
+    assert redact(config) == {"sasl.password": "***", "client.id": "app-***", "acks": "all", "linger.ms": 5}
+
+
+def test_a_password_inside_a_jaas_config_is_known_on_its_own() -> None:
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="jaas-secret-6";'
+    assert "jaas-secret-6" in secret_values({"sasl.jaas.config": jaas})
+    assert secret_values({"sasl.password": "abc"}) == frozenset()  # too short to scrub from free text
+
+
+def test_the_environment_variable_password_is_scrubbed_from_log_records(caplog: pytest.LogCaptureFixture) -> None:
+    load(KafkaSettings, env={"STREAMS_KAFKA_SASL_PASSWORD": "env-secret-7"})
+    install_log_redaction()
+    log = logging.getLogger("streams.test.redaction")
+    with caplog.at_level(logging.INFO, logger="streams.test.redaction"):
+        log.info("authenticating with %s", "env-secret-7")
+        try:
+            raise RuntimeError("rejected env-secret-7")
+        except RuntimeError:
+            log.exception("failed")
+    assert "env-secret-7" not in caplog.text
+    assert "authenticating with ***" in caplog.text and "rejected ***" in caplog.text
