@@ -17,6 +17,14 @@ named by ``STREAMS_CONFIG``). Agents and timers, one job each:
 * ``merge_partials`` (partials topic, keyed by the real key): stage 2, the exact
   merged aggregate per (bucket, key) into the compacted aggregates topic.
 
+Secured clusters: the worker's faust consumer and producer get the SASL (PLAIN,
+SCRAM-SHA-256/512) and TLS settings of ``KafkaSettings.client_properties`` (the
+librdkafka names ``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
+``sasl.password``, ``ssl.ca.location``, ...) as faust ``broker_credentials``
+(:func:`broker_credentials`); a property the worker cannot pass to faust is a
+ConfigError naming it, at start, rather than a connection that silently ignores it.
+Credential values are scrubbed from every log record (``install_log_redaction``).
+
 Delivery guarantee: at-least-once, with state that is exact anyway. Stage-1 changes
 are coalesced and written to the changelog every tick (or every FLUSH_EVERY records)
 in the crash-safe order of :meth:`EventProcessor.persist`, and the source records are
@@ -33,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import sys
 import time
 import uuid
@@ -42,7 +51,13 @@ import faust
 import orjson
 from confluent_kafka import Producer
 
-from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load
+from streams.core.config import (
+    KafkaSettings,
+    TopicNames,
+    WorkerSettings,
+    install_log_redaction,
+    load,
+)
 from streams.core.errors import (
     ConfigError,
     DeliveryError,
@@ -89,10 +104,88 @@ def _cap_fetch_wait(max_wait_ms: int = 100) -> None:
 
 _cap_fetch_wait()
 
+#: security.protocol values the worker passes to faust, and the sasl.mechanism values it supports.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_SASL_KEYS = frozenset({"sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password"})
+_SSL_KEYS = frozenset({"ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.key.location",
+                       "ssl.key.password", "ssl.endpoint.identification.algorithm",
+                       "enable.ssl.certificate.verification"})
+
+
+def broker_credentials(props: Any) -> faust.SASLCredentials | faust.SSLCredentials | None:
+    """faust ``broker_credentials`` for librdkafka-style client properties; None for PLAINTEXT.
+
+    ``security.protocol`` SASL_PLAINTEXT / SASL_SSL need ``sasl.username`` and
+    ``sasl.password`` and a ``sasl.mechanism`` of SASL_MECHANISMS (default PLAIN, as
+    librdkafka); SSL / SASL_SSL build a TLS context from ``ssl.ca.location`` (file or
+    directory) or ``ssl.ca.pem``, an optional client certificate
+    (``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``) and
+    ``enable.ssl.certificate.verification`` / ``ssl.endpoint.identification.algorithm``.
+    Raises ConfigError naming the property for an unknown protocol or mechanism, a
+    missing username or password, or a ``sasl.*`` / ``ssl.*`` property the worker
+    cannot pass to faust (or that the protocol would ignore).
+    """
+    protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"security.protocol must be one of {', '.join(SECURITY_PROTOCOLS)} for the worker, "
+                          f"got {protocol!r}")
+    sasl, tls = protocol.startswith("SASL_"), protocol.endswith("SSL")
+    for key in props:
+        if key.startswith("sasl.") or key in _SASL_KEYS:
+            _require_supported(key, _SASL_KEYS, sasl, protocol)
+        elif key.startswith("ssl.") or key in _SSL_KEYS:
+            _require_supported(key, _SSL_KEYS, tls, protocol)
+    context = _ssl_context(props) if tls else None
+    if not sasl:
+        return faust.SSLCredentials(context) if context is not None else None
+    mechanism = str(props.get("sasl.mechanism", props.get("sasl.mechanisms", "PLAIN"))).upper()
+    if mechanism not in SASL_MECHANISMS:
+        raise ConfigError(f"sasl.mechanism must be one of {', '.join(SASL_MECHANISMS)} for the worker, "
+                          f"got {mechanism!r}")
+    for key in ("sasl.username", "sasl.password"):
+        if not props.get(key):
+            raise ConfigError(f"{key} is required with security.protocol={protocol}")
+    return faust.SASLCredentials(username=str(props["sasl.username"]), password=str(props["sasl.password"]),
+                                 mechanism=mechanism, ssl_context=context)
+
+
+def _require_supported(key: str, supported: frozenset[str], applies: bool, protocol: str) -> None:
+    if key not in supported:
+        raise ConfigError(f"{key} is not supported by the worker (it supports {', '.join(sorted(supported))})")
+    if not applies:
+        raise ConfigError(f"{key} is set but security.protocol={protocol} would ignore it")
+
+
+def _ssl_context(props: Any) -> ssl.SSLContext:
+    """The TLS context of the ``ssl.*`` properties; raises ConfigError naming an unreadable file."""
+    ca = props.get("ssl.ca.location")
+    try:
+        context = ssl.create_default_context(
+            ssl.Purpose.SERVER_AUTH, cafile=ca if ca and not os.path.isdir(ca) else None,
+            capath=ca if ca and os.path.isdir(ca) else None, cadata=props.get("ssl.ca.pem"))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"ssl.ca.location / ssl.ca.pem cannot be loaded: {exc}") from None
+    cert = props.get("ssl.certificate.location")
+    if cert or props.get("ssl.key.location"):
+        try:
+            context.load_cert_chain(cert, props.get("ssl.key.location"), password=props.get("ssl.key.password"))
+        except (OSError, ssl.SSLError, TypeError) as exc:
+            raise ConfigError(f"ssl.certificate.location / ssl.key.location cannot be loaded: "
+                              f"{type(exc).__name__}") from None
+    if str(props.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        context.check_hostname = False
+    if str(props.get("enable.ssl.certificate.verification", "true")).lower() in ("false", "0", "no"):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 TICK_S = float(os.environ.get("STREAMS_TICK_S", "0.25"))
 
 worker_settings = load(WorkerSettings)
 kafka_settings = load(KafkaSettings)
+install_log_redaction()  # the credentials are known now: no log record may show them
 topic_names = load(TopicNames)
 if "{bucket}" in topic_names.events:
     # Producers and `streams topics roll` support topic-per-bucket; the worker does not
@@ -104,6 +197,7 @@ instance_id = os.environ.get("STREAMS_INSTANCE", f"{os.uname().nodename}-{os.get
 app = faust.App(
     worker_settings.app_id,
     broker=[f"kafka://{hp.strip()}" for hp in kafka_settings.bootstrap_servers.split(",")],
+    broker_credentials=broker_credentials(kafka_settings.client_properties),
     store="memory://",
     topic_partitions=worker_settings.partitions,
     topic_replication_factor=1,
