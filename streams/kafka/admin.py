@@ -14,7 +14,11 @@ An edge module (it talks to the cluster through ``confluent_kafka.admin.AdminCli
   A topic template (``events.{bucket}``) is not a topic: :func:`roll_bucket_topics`
   creates its topics bucket by bucket.
 * :func:`ensure_topics` creates what is missing and waits until the cluster's
-  metadata shows every topic; :func:`describe_topics` reads partitions and configs
+  metadata shows every topic. A spec with the broker-default replication factor
+  (-1) gets ``min(3, brokers)`` replicas and, unless its config sets it,
+  ``min.insync.replicas`` 2 on three or more replicas (1 otherwise): a three-broker
+  cluster keeps accepting ``acks=all`` writes with one broker down and loses
+  nothing acknowledged (:func:`durable_spec`); :func:`describe_topics` reads partitions and configs
   back; :func:`topic_partitions` is the cheap existence check.
 * :func:`roll_bucket_topics` carries out :func:`streams.core.topicplan.plan_bucket_topics`
   (create the current and next ``ahead`` bucket topics, delete the expired ones),
@@ -62,6 +66,7 @@ __all__ = [
     "TopicNotFoundError",
     "TopicSpec",
     "describe_topics",
+    "durable_spec",
     "ensure_topics",
     "project_topic_specs",
     "roll_bucket_topics",
@@ -147,6 +152,24 @@ def project_topic_specs(
 # --- create, describe, check -----------------------------------------------------------
 
 
+#: The most replicas a topic is given when its spec leaves the count to the cluster.
+MAX_DEFAULT_REPLICAS = 3
+
+
+def durable_spec(spec: TopicSpec, brokers: int) -> TopicSpec:
+    """``spec`` made durable for a cluster of ``brokers``, keeping what it set explicitly.
+
+    Replication factor -1 becomes ``min(3, brokers)``; ``min.insync.replicas``, if
+    the config does not set it, becomes 2 for three or more replicas, else 1.
+    """
+    replicas = spec.replication_factor
+    if replicas == -1:
+        replicas = max(1, min(MAX_DEFAULT_REPLICAS, brokers))
+    config = dict(spec.config)
+    config.setdefault("min.insync.replicas", "2" if replicas >= 3 else "1")
+    return dataclasses.replace(spec, config=config, replication_factor=replicas)
+
+
 @dataclass(frozen=True)
 class EnsuredTopic:
     """A topic after :func:`ensure_topics`: ``created`` now, or already there; its partition count."""
@@ -166,8 +189,8 @@ def ensure_topics(admin_config: Mapping[str, Any], specs: Iterable[TopicSpec], *
     """
     specs = tuple(specs)
     admin = _admin(admin_config)
-    existing = _metadata(admin, admin_config, timeout_s).topics
-    missing = [s for s in specs if s.name not in existing]
+    md = _metadata(admin, admin_config, timeout_s)
+    missing = [durable_spec(s, len(md.brokers)) for s in specs if s.name not in md.topics]
     created = set(_create(admin, missing, timeout_s))
     partitions = _wait_for(admin, admin_config, [s.name for s in specs], present=True, timeout_s=timeout_s)
     return tuple(EnsuredTopic(s.name, s.name in created, partitions[s.name]) for s in specs)
@@ -281,18 +304,20 @@ def roll_bucket_topics(
 ) -> RollResult:
     """Plan with :func:`plan_bucket_topics` against the cluster's topics, then carry it out.
 
-    Creates the planned topics (``partitions`` each, delete policy) and deletes the
+    Creates the planned topics (``partitions`` each, delete policy, replicas as
+    :func:`durable_spec`) and deletes the
     expired ones, waiting until metadata shows both; with ``dry_run`` changes
     nothing. ``now_ms`` defaults to the wall clock. Raises ConfigError for a bad
     template, ``ahead`` or ``retention_ms``, and TopicAdminError as ensure_topics.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     admin = _admin(admin_config)
-    existing = _metadata(admin, admin_config, timeout_s).topics
-    plan = plan_bucket_topics(template, buckets, now, ahead, retention_ms, existing)
+    md = _metadata(admin, admin_config, timeout_s)
+    plan = plan_bucket_topics(template, buckets, now, ahead, retention_ms, md.topics)
     if dry_run:
         return RollResult(template, now, plan, True, (), ())
-    specs = [TopicSpec(name, partitions, {"cleanup.policy": "delete"}, "", replication_factor) for name in plan.create]
+    specs = [durable_spec(TopicSpec(name, partitions, {"cleanup.policy": "delete"}, "", replication_factor),
+                          len(md.brokers)) for name in plan.create]
     created = _create(admin, specs, timeout_s)
     _wait_for(admin, admin_config, plan.create, present=True, timeout_s=timeout_s)
     deleted = _delete(admin, plan.delete, timeout_s)
