@@ -51,6 +51,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+from uuid import UUID
+
+from xxhash import xxh3_64_intdigest
 
 from streams.core.aggregate import Stats
 from streams.core.config import WorkerSettings
@@ -68,6 +71,7 @@ from streams.core.time.watermark import WatermarkTracker
 __all__ = ["InMessage", "Output", "TickResult", "Checkpoint", "Stage1Store", "EventProcessor", "ProcessorCounts"]
 
 _META = "meta|"
+_IDS = "ids|"
 _MAX_KEY_CHARS = MAX_KEY_BYTES // 4  # a str this short is within MAX_KEY_BYTES whatever its characters
 
 Source = tuple[str, int]  # (topic, partition) a record was read from
@@ -107,12 +111,13 @@ class TickResult:
 
 class Checkpoint(NamedTuple):
     """A source's durable progress: buckets through ``closed`` have durable partials, the
-    effects of records through ``offset`` are durable, and ``max_ts_ms`` is the largest
-    event time seen on it (restores its watermark, as Kafka Streams restores stream time)."""
+    effects of records through ``offset`` are durable, and ``event_times`` are the largest
+    event times seen on it, largest first (they restore its watermark, outlier-proof, as
+    Kafka Streams restores stream time)."""
 
     closed: int
     offset: int
-    max_ts_ms: int | None
+    event_times: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,13 @@ class Stage1Store:
     Meta entries ``meta|<topic>|<partition>`` remember the highest closed bucket index
     and the last durable offset of a source, so a restarted worker does not reopen a
     bucket it already emitted.
+
+    Event IDs: :meth:`fold` with an ``event_id`` folds each ID once per (bucket, slot)
+    while the bucket is open, so an event its producer or application sent twice is
+    counted once. The IDs (64-bit hashes) are changelogged incrementally, as
+    ``ids|<bucket index>|<slot>|<n>`` chunks holding the IDs added since the last
+    flush, so the cost of a flush is its new IDs, not the bucket's; they are dropped
+    with the bucket. Memory: 8 bytes (plus a set slot) per on-time event of an open bucket.
     """
 
     def __init__(self, data: MutableMapping[str, Any], changelog: Callable[[int, str, Any], None]) -> None:
@@ -151,6 +163,9 @@ class Stage1Store:
         self._live: dict[str, list[Any]] = {}  # entry key -> [partition, offsets, Stats]
         self._dirty: set[str] = set()
         self._closed: list[tuple[int, str]] = []  # (changelog partition, entry key) awaiting a tombstone
+        self._ids: dict[tuple[int, int], set[int]] = {}  # (bucket index, slot) -> event-ID hashes folded
+        self._new_ids: dict[tuple[int, int], list[int]] = {}  # added since the last flush
+        self._id_chunks: dict[tuple[int, int], list[str]] = {}  # their changelogged chunk keys
         self._indexed_len = -1
 
     def reindex(self) -> dict[Source, Checkpoint]:
@@ -166,6 +181,7 @@ class Stage1Store:
         old = self._live
         self._live = {}
         self._index.clear()
+        old_ids, self._ids, self._id_chunks = self._ids, {}, {}
         items = list(self.data.items())
         checkpoints: dict[Source, Checkpoint] = {}
         closed_by_partition: dict[int, int] = {}
@@ -173,12 +189,17 @@ class Stage1Store:
             if key.startswith(_META):
                 topic, partition = key[len(_META):].rsplit("|", 1)
                 source = (topic, int(partition))
-                max_ts = value.get("max_ts")
+                times = value.get("times")
+                if times is None:  # written before watermark agreement: only the largest
+                    times = [] if value.get("max_ts") is None else [value["max_ts"]]
                 checkpoints[source] = Checkpoint(int(value["closed"]), int(value["offset"]),
-                                                 None if max_ts is None else int(max_ts))
+                                                 tuple(int(t) for t in times))
                 closed_by_partition[source[1]] = max(closed_by_partition.get(source[1], -1), checkpoints[source].closed)
         for key, value in items:
             if key.startswith(_META):
+                continue
+            if key.startswith(_IDS):
+                self._reindex_ids(key, value, checkpoints)
                 continue
             index = int(key.split("|", 1)[0])
             if key in old:
@@ -193,12 +214,43 @@ class Stage1Store:
             else:
                 continue
             self._index.setdefault(index, set()).add(key)
+        live_slices = {(int(i), int(slot)) for i, slot, _ in (k.split("|", 2) for k in self._live)}
+        for slice_key, ids in old_ids.items():  # IDs of slices kept live, flushed or not
+            if slice_key in live_slices:
+                self._ids.setdefault(slice_key, set()).update(ids)
+        self._new_ids = {k: v for k, v in self._new_ids.items() if k in live_slices}
         self._dirty &= self._live.keys()
         self._indexed_len = len(self.data)
         return checkpoints
 
-    def fold(self, source: Source, offset: int, index: int, key: str, value: float | None) -> bool:
-        """Fold one on-time event in; False (and nothing changed) if this source offset was folded before.
+    def _reindex_ids(self, key: str, value: Any, checkpoints: Mapping[Source, Checkpoint]) -> None:
+        """Load one chunk of event IDs, if a checkpoint vouches for it and its bucket is open.
+
+        A chunk can reach the broker while the entries it describes did not (a crash cuts
+        writes anywhere): trusting it would skip those events when they are re-read.
+        """
+        _, index, slot, _ = key.split("|", 3)
+        slice_key = (int(index), int(slot))
+        if value is None:
+            return
+        partition, hashes, offsets = value
+        vouched = True
+        for source_key, offset in offsets.items():
+            topic, p = source_key.rsplit("|", 1)
+            cp = checkpoints.get((topic, int(p)))
+            if cp is None or offset > cp.offset or slice_key[0] <= cp.closed:
+                vouched = False
+        if not vouched:
+            del self.data[key]
+            self._changelog(partition, key, None)
+            return
+        self._ids.setdefault(slice_key, set()).update(hashes)
+        self._id_chunks.setdefault(slice_key, []).append(key)
+
+    def fold(self, source: Source, offset: int, index: int, key: str, value: float | None,
+             event_id: int | None = None) -> bool:
+        """Fold one on-time event in; False (and nothing changed) if this source offset, or
+        this ``event_id`` (a 64-bit hash) in this bucket and slot, was folded before.
 
         Offsets are remembered per (topic, partition), so an entry of a per-bucket
         topic or of a foreign producer's records is folded correctly too. The entry is
@@ -207,15 +259,31 @@ class Stage1Store:
         topic, partition = source
         entry_key = f"{index}|{partition}|{key}"
         entry = self._live.get(entry_key)
+        ids = None
+        if event_id is not None:
+            ids = self._ids.get((index, partition))
+            if ids is None:
+                ids = self._ids[(index, partition)] = set()
+            elif entry is not None and event_id in ids:
+                return False  # sent twice: its first copy is in the entry
         if entry is None:
             entry = self._live[entry_key] = [partition, {}, Stats.empty()]
             self._index.setdefault(index, set()).add(entry_key)
         offsets = entry[1]
         source_key = f"{topic}|{partition}"
         if offset <= offsets.get(source_key, -1):
+            if ids is not None:
+                ids.add(event_id)  # re-read after a crash: the entry holds it, so its ID counts as seen
             return False
         entry[2].add(value)
         offsets[source_key] = offset
+        if ids is not None:
+            ids.add(event_id)
+            new = self._new_ids.get((index, partition))
+            if new is None:
+                new = self._new_ids[(index, partition)] = ([], {})
+            new[0].append(event_id)
+            new[1][source_key] = offset
         if entry_key not in self.data:
             self.data[entry_key] = None  # present now; the value is written by flush()
             self._indexed_len = len(self.data)
@@ -237,26 +305,55 @@ class Stage1Store:
             stored = [entry[0], dict(entry[1]), entry[2].to_record()]
             self.data[entry_key] = stored
             self._changelog(entry[0], entry_key, stored)
+        new_ids, self._new_ids = self._new_ids, {}
+        for (index, slot), (hashes, offsets) in new_ids.items():
+            chunks = self._id_chunks.setdefault((index, slot), [])
+            chunk_key = f"{_IDS}{index}|{slot}|{len(chunks)}"
+            chunks.append(chunk_key)
+            # The offsets let recovery trust the chunk only once a checkpoint vouches for them.
+            stored = [slot, hashes, offsets]
+            self.data[chunk_key] = stored
+            self._changelog(slot, chunk_key, stored)
+        self._indexed_len = len(self.data)
         return len(dirty)
+
+    def slices(self) -> list[tuple[int, int]]:
+        """The (bucket index, slot) pairs that hold entries."""
+        return sorted({(index, int(k.split("|", 2)[1])) for index, keys in self._index.items() for k in keys})
+
+    def ids_held(self) -> int:
+        """How many event IDs the open buckets remember (the dedup's memory, 8 bytes each plus a set slot)."""
+        return sum(len(ids) for ids in self._ids.values())
 
     def bucket_indexes(self) -> list[int]:
         """Bucket indexes that hold entries, oldest first."""
         return sorted(self._index)
 
-    def take_bucket(self, index: int) -> list[tuple[int, str, Stats]]:
-        """Remove and return the entries of one bucket as (slot, key, stats); the slot is the source partition.
+    def take_slice(self, index: int, slot: int) -> list[tuple[str, Stats]]:
+        """Remove and return the entries of one bucket and slot (source partition) as (key, stats).
 
-        Their changelog tombstones wait for :meth:`release_closed`: the caller must
-        first make the bucket's partials and then a checkpoint durable.
+        Their changelog tombstones, and those of the slice's event IDs, wait for
+        :meth:`release_closed`: the caller must first make the partials and then a
+        checkpoint durable.
         """
+        keys = self._index.get(index, set())
+        prefix = f"{index}|{slot}|"
+        taken = sorted(k for k in keys if k.startswith(prefix))
+        keys.difference_update(taken)
+        if not keys:
+            self._index.pop(index, None)
+        self._ids.pop((index, slot), None)
+        self._new_ids.pop((index, slot), None)
+        for chunk_key in self._id_chunks.pop((index, slot), ()):
+            self.data.pop(chunk_key, None)
+            self._closed.append((slot, chunk_key))
         out = []
-        for entry_key in sorted(self._index.pop(index, ())):
+        for entry_key in taken:
             partition, _, stats = self._live.pop(entry_key)
             self._dirty.discard(entry_key)
             self.data.pop(entry_key, None)
             self._closed.append((partition, entry_key))
-            _, slot, key = entry_key.split("|", 2)
-            out.append((int(slot), key, stats))
+            out.append((entry_key.split("|", 2)[2], stats))
         self._indexed_len = len(self.data)
         return out
 
@@ -279,7 +376,8 @@ class Stage1Store:
         late-event and dead-letter records included, are already in Kafka.
         """
         for (topic, p), cp in progress.items():
-            value = {"closed": cp.closed, "offset": cp.offset, "max_ts": cp.max_ts_ms}
+            value = {"closed": cp.closed, "offset": cp.offset,
+                     "max_ts": cp.event_times[0] if cp.event_times else None, "times": list(cp.event_times)}
             self.data[f"{_META}{topic}|{p}"] = value
             self._changelog(p, f"{_META}{topic}|{p}", value)
         self._indexed_len = len(self.data)
@@ -304,12 +402,16 @@ class EventProcessor:
         self.instance = instance
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.buckets = TimeBuckets(settings.bucket_width, grace=settings.grace)
-        self.watermarks = WatermarkTracker(parse_duration(settings.allowed_delay, "allowed_delay"), parse_duration(settings.idle_timeout, "idle_timeout"))
+        self.watermarks = WatermarkTracker(parse_duration(settings.allowed_delay, "allowed_delay"),
+                                           parse_duration(settings.idle_timeout, "idle_timeout"),
+                                           agreement=settings.watermark_agreement)
         self.roller = BucketRoller(self.buckets, parse_duration(settings.retention, "retention"), watermarks=self.watermarks)
         self.sketch = SlidingSketch(settings.hot_window_s, capacity=settings.sketch_capacity)
         self._codecs = {CONTENT_TYPE["json"]: JsonCodec("event"), CONTENT_TYPE["avro"]: AvroCodec("event")}
         self._default_codec = self._codecs[CONTENT_TYPE[settings.serializer]]
-        self._checkpointed_closed = -1  # the roller's closed-through as of the last checkpoint
+        self._checkpointed_closed: dict[Source, int] = {}  # per source, closed-through as of its last checkpoint
+        self._pending: dict[int, tuple[int, set[str]]] = {}  # bucket index -> (events, keys) of slices emitted
+        self._dedup = settings.dedup_ids
         self._duplicates = 0
         self._sources: set[Source] = set()
         self._source_ids: dict[Source, int] = {}  # the watermark tracker numbers its inputs
@@ -337,12 +439,14 @@ class EventProcessor:
         now = self._clock_ms()
         for source, cp in self.store.reindex().items():
             self.roller.restore_closed_through(self._source_id(source), cp.closed)
+            if cp.closed > self._checkpointed_closed.get(source, -1):
+                self._checkpointed_closed[source] = cp.closed
             if cp.offset > self._durable.get(source, -1):
                 self._durable[source] = cp.offset
-            if cp.max_ts_ms is not None and source in self._sources:
-                # Without this, a partition whose re-read records are all duplicates would
-                # hold the low watermark until its idle timeout.
-                self.watermarks.observe(self._source_id(source), cp.max_ts_ms, now)
+            if cp.event_times and source in self._sources:
+                # The partition resumes at its own checkpointed event time, whoever owned it before,
+                # and one whose re-read records are all duplicates does not hold the watermark.
+                self.watermarks.restore(self._source_id(source), cp.event_times, now)
 
     def checkpoint(self) -> bool:
         """Record progress (offsets handled, buckets closed) in the store; True if anything was written.
@@ -351,19 +455,20 @@ class EventProcessor:
         far are acknowledged by the broker: the checkpoint vouches for them.
         """
         progressed = {s: o for s, o in self._handled.items() if o > self._durable.get(s, -1)}
-        closed_through = self.roller.closed_through
-        if closed_through > self._checkpointed_closed:
-            # A close with no new records still has to be recorded for every source we own.
-            progressed.update({s: self._durable.get(s, -1) for s in self._sources if s not in progressed})
+        closed = {s: self.roller.closed_for(self._source_id(s)) for s in self._sources}
+        # A close with no new records still has to be recorded for its source.
+        progressed.update({s: self._durable.get(s, -1) for s, c in closed.items()
+                           if s not in progressed and c > self._checkpointed_closed.get(s, -1)})
         if not progressed:
             return False
-        # Per source, not global: after a crash some sources' checkpoints may have reached
-        # the broker and others not (the roller keeps closed-through per source).
-        self.store.checkpoint({s: Checkpoint(self.roller.closed_for(self._source_id(s)), o,
-                                             self.watermarks.max_event_ts(self._source_id(s)))
-                               for s, o in progressed.items()})
+        # Per source: each partition closes on its own watermark, and after a crash some
+        # sources' checkpoints may have reached the broker and others not.
+        checkpoints = {s: Checkpoint(self.roller.closed_for(self._source_id(s)), o,
+                                     self.watermarks.top_event_ts(self._source_id(s)))
+                       for s, o in progressed.items()}
+        self.store.checkpoint(checkpoints)
         self._durable.update(progressed)
-        self._checkpointed_closed = closed_through
+        self._checkpointed_closed.update({s: cp.closed for s, cp in checkpoints.items()})
         return True
 
     def persist(self, flush: Callable[[], None]) -> None:
@@ -400,9 +505,9 @@ class EventProcessor:
                 raise SerializationError("event: null value (tombstone) on the events topic")
             event = codec.decode(msg.value)
         except SerializationError as exc:
-            return [self._dead_letter(msg, str(exc), None, now)]
+            return [self._dead_letter(msg, str(exc), exc.field, now)]
         try:
-            parse_id(event["id"])
+            parsed = parse_id(event["id"])
         except InvalidIdError as exc:
             return [self._dead_letter(msg, f"malformed id: {exc}", "id", now, event["ts_ms"])]
         key = event["key"]
@@ -425,7 +530,8 @@ class EventProcessor:
             bucket = placement.bucket
             assert bucket is not None
             self.sketch.add(key, now / 1000)
-            if not self.store.fold(source, msg.offset, bucket.index, key, value):
+            event_id = _id_hash(parsed.value) if self._dedup else None
+            if not self.store.fold(source, msg.offset, bucket.index, key, value, event_id):
                 self._duplicates += 1
             return []
         if kind in (PlacementKind.LATE, PlacementKind.TOO_OLD):
@@ -471,14 +577,22 @@ class EventProcessor:
         now = self._clock_ms()
         outputs: list[Output] = []
         labels = []
-        for closed in self.roller.advance(now, held=self.store.bucket_indexes()):  # checkpointed by the next persist()
-            bucket = closed.bucket
-            keys = set()
-            events = 0
-            for slot, key, stats in self.store.take_bucket(bucket.index):
+        sid_of_slot = self._sid_of_slot()
+        slot_of_sid = {sid: slot for slot, sid in sid_of_slot.items()}
+        held = [(index, sid_of_slot[slot]) for index, slot in self.store.slices() if slot in sid_of_slot]
+        advance = self.roller.advance(now, held=held)  # checkpointed by the next persist()
+        for index, sid in advance.slices:  # closed for its partition: emit that partition's partials
+            bucket = self.buckets.bucket_at_index(index)
+            slot = slot_of_sid[sid]
+            events, keys = self._pending.get(index, (0, set()))
+            for key, stats in self.store.take_slice(index, slot):
                 keys.add(key)
                 events += stats.count
                 outputs.append(Output("partials", key.encode(), partial_record(bucket, key, slot, stats)))
+            self._pending[index] = (events, keys)
+        for closed in advance.closed:  # closed for every partition: report it
+            bucket = closed.bucket
+            events, keys = self._pending.pop(bucket.index, (0, set()))
             outputs.append(Output("bucket_closed", bucket.label.encode(), {
                 "bucket": bucket.label, "bucket_start_ms": bucket.start_ms, "bucket_end_ms": bucket.end_ms,
                 "closed_at_ms": closed.closed_at_ms, "watermark_ms": closed.watermark_ms, "events": events,
@@ -490,6 +604,14 @@ class EventProcessor:
                                       partitions=sorted({p for _, p in self._sources}))
         return TickResult(tuple(outputs), summary, tuple(labels), watermark)
 
+    def _sid_of_slot(self) -> dict[int, int]:
+        """Stage-1 slot (source partition number) -> the roller's input number of that source."""
+        out: dict[int, int] = {}
+        for (topic, partition), sid in self._source_ids.items():
+            if partition not in out or (topic, partition) in self._sources:
+                out[partition] = sid
+        return out
+
     def counts(self) -> ProcessorCounts:
         """Conservation counters since this processor started."""
         c = self.roller.counts()
@@ -498,6 +620,17 @@ class EventProcessor:
     def open_buckets(self) -> int:
         """Buckets holding stage-1 state right now (bounded by the open window)."""
         return len(self.store.bucket_indexes())
+
+    def ids_held(self) -> int:
+        """Event IDs remembered for dedup right now (bounded by the open buckets' on-time events)."""
+        return self.store.ids_held()
+
+
+def _id_hash(canonical: UUID | int) -> int:
+    """A 64-bit hash of an event ID's canonical value (UUIDs and Snowflakes never collide by kind)."""
+    if isinstance(canonical, UUID):
+        return xxh3_64_intdigest(canonical.bytes)
+    return xxh3_64_intdigest(canonical.to_bytes(8, "big"), seed=1)
 
 
 def _salt(raw: bytes | None) -> int | None:

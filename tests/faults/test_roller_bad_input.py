@@ -40,7 +40,7 @@ def test_a_non_int_wall_clock_raises_an_error_naming_now_ms(bad: object) -> None
     with pytest.raises(InvalidBucketError, match="now_ms"):
         roller.add(T0, now_ms=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidBucketError, match="now_ms"):
-        roller.advance(now_ms=bad)  # type: ignore[arg-type]
+        roller.advance(now_ms=bad).closed  # type: ignore[arg-type]
     assert roller.counts().received == 0 and roller.closed_through == -1
 
 
@@ -59,7 +59,7 @@ def test_a_dead_letter_with_a_garbage_timestamp_is_still_counted_but_with_no_buc
         roller.count_dead_letter("undecodable", event_ts_ms=ts)  # type: ignore[arg-type]
     assert roller.counts().dead_lettered == 5
     roller.add(T0 + 10 * 60_000, now_ms=T0)
-    (closed,) = roller.advance(now_ms=T0)
+    (closed,) = roller.advance(now_ms=T0).closed
     assert closed.bucket.start_ms == T0 and closed.dead_letters == 0
 
 

@@ -67,7 +67,7 @@ def test_an_event_beyond_retention_is_too_old_and_still_routed_with_a_reason() -
     assert placement.kind is PlacementKind.TOO_OLD and placement.reason == "bucket beyond retention"
     assert placement.lateness_ms == 120_000
     assert roller.classify(T0 + 60_000, now_ms=T0).kind is PlacementKind.LATE
-    roller.advance(now_ms=T0)  # closing changes nothing about it
+    roller.advance(now_ms=T0).closed  # closing changes nothing about it
     assert roller.classify(T0 + 59_999, now_ms=T0).kind is PlacementKind.TOO_OLD
     assert roller.classify(T0 + 60_000, now_ms=T0).kind is PlacementKind.LATE
 
@@ -109,13 +109,13 @@ def test_a_bucket_closes_at_end_plus_grace_not_before_and_only_once() -> None:
     roller.add(T0 + 1, now_ms=T0)
     roller.add(T0 + 2, now_ms=T0)
     roller.add(T0 + 69_999, now_ms=T0)  # bucket 1; watermark one ms short of bucket 0's close
-    assert roller.advance(now_ms=T0) == [] and roller.closed_through == B0 - 1
+    assert roller.advance(now_ms=T0).closed == () and roller.closed_through == B0 - 1
     roller.add(T0 + 70_000, now_ms=T0)
-    (closed,) = roller.advance(now_ms=T0 + 1)
+    (closed,) = roller.advance(now_ms=T0 + 1).closed
     assert closed.bucket.start_ms == T0 and closed.watermark_ms == closed.bucket.close_ms
     assert (closed.late_events, closed.dead_letters, closed.closed_at_ms) == (0, 0, T0 + 1)
     assert roller.closed_through == closed.bucket.index
-    assert roller.advance(now_ms=T0 + 2) == []
+    assert roller.advance(now_ms=T0 + 2).closed == ()
 
 
 def test_late_events_and_dead_letters_seen_before_the_close_are_reported_with_the_bucket() -> None:
@@ -124,11 +124,11 @@ def test_late_events_and_dead_letters_seen_before_the_close_are_reported_with_th
     roller.add(T0 + 60_000, now_ms=T0)  # watermark = close of bucket 0
     assert roller.add(T0 + 5, now_ms=T0).kind is PlacementKind.LATE
     roller.count_dead_letter("bad payload", event_ts_ms=T0 + 60_001)  # bucket 1 is open
-    (closed,) = roller.advance(now_ms=T0)
+    (closed,) = roller.advance(now_ms=T0).closed
     assert closed.late_events == 1
     assert roller.add(T0 + 6, now_ms=T0).kind is PlacementKind.LATE  # after the close: not reported again
     roller.add(T0 + 200_000, now_ms=T0)
-    (second,) = roller.advance(now_ms=T0)
+    (second,) = roller.advance(now_ms=T0).closed
     assert second.bucket.start_ms == T0 + 60_000 and (second.late_events, second.dead_letters) == (0, 1)
     assert roller.counts().late == 2
 
@@ -137,7 +137,7 @@ def test_a_bucket_that_saw_only_late_events_is_still_closed_and_reported() -> No
     roller = make_roller(grace_ms=0)
     roller.add(T0 + 60_000, now_ms=T0)  # bucket 1 open; watermark = close of bucket 0, not closed yet
     roller.add(T0 + 5, now_ms=T0)
-    (closed,) = roller.advance(now_ms=T0)
+    (closed,) = roller.advance(now_ms=T0).closed
     assert closed.bucket.start_ms == T0 and closed.late_events == 1
 
 
@@ -147,9 +147,9 @@ def test_an_idle_partition_does_not_hold_a_bucket_open_past_the_idle_timeout() -
     roller.add(T0 + 1, now_ms=T0, partition=1)  # partition 1 then goes quiet
     for second in range(1, 5):
         roller.add(T0 + 60_000 + second, now_ms=T0 + second * 1_000, partition=0)
-        assert roller.advance(now_ms=T0 + second * 1_000) == []
+        assert roller.advance(now_ms=T0 + second * 1_000).closed == ()
     roller.add(T0 + 60_010, now_ms=T0 + 5_000, partition=0)
-    (closed,) = roller.advance(now_ms=T0 + 5_000)
+    (closed,) = roller.advance(now_ms=T0 + 5_000).closed
     assert closed.bucket.start_ms == T0
 
 
@@ -160,7 +160,7 @@ def test_an_active_slow_partition_holds_its_bucket_open() -> None:
         now = T0 + second * 1_000
         roller.add(T0 + 120_000 + second, now_ms=now, partition=0)
         roller.add(T0 + second, now_ms=now, partition=1)  # slow, alive, on time
-        assert roller.advance(now_ms=now) == []
+        assert roller.advance(now_ms=now).closed == ()
     assert roller.counts().late == 0
 
 
@@ -168,18 +168,22 @@ def test_an_empty_bucket_is_not_emitted() -> None:
     roller = make_roller(grace_ms=0)
     roller.add(T0, now_ms=T0)
     roller.add(T0 + 10 * 60_000, now_ms=T0)
-    assert [c.bucket.start_ms for c in roller.advance(now_ms=T0)] == [T0]
+    assert [c.bucket.start_ms for c in roller.advance(now_ms=T0).closed] == [T0]
     assert roller.closed_through == B0 + 9  # closed, though nothing was emitted for 1..9
 
 
 def test_buckets_the_caller_holds_are_returned_when_due_even_if_closed_before() -> None:
     roller = make_roller(grace_ms=0)
-    assert roller.advance(now_ms=T0, held=[B0]) == []  # no watermark yet: nothing closes
+    assert roller.advance(now_ms=T0, held=[(B0, 0)]).closed == ()  # no watermark yet: nothing closes
     roller.add(T0 + 180_000, now_ms=T0)
-    assert [c.bucket.index for c in roller.advance(now_ms=T0, held=[B0 - 5, B0 + 2, B0 + 3])] == [B0 - 5, B0 + 2]
-    assert roller.advance(now_ms=T0, held=[B0 + 3]) == []
-    (again,) = roller.advance(now_ms=T0, held=[B0 + 1])  # recovered after its close: emit it (again)
-    assert again.bucket.index == B0 + 1 and (again.late_events, again.dead_letters) == (0, 0)
+    first = roller.advance(now_ms=T0, held=[(B0 - 5, 0), (B0 + 2, 0), (B0 + 3, 0)])
+    assert [c.bucket.index for c in first.closed] == [B0 - 5, B0 + 2]
+    assert first.slices == ((B0 - 5, 0), (B0 + 2, 0))
+    assert roller.advance(now_ms=T0, held=[(B0 + 3, 0)]).closed == ()
+    again = roller.advance(now_ms=T0, held=[(B0 + 1, 0)])  # recovered after its close: emit it (again)
+    assert again.slices == ((B0 + 1, 0),)
+    (closed,) = again.closed
+    assert closed.bucket.index == B0 + 1 and (closed.late_events, closed.dead_letters) == (0, 0)
 
 
 _steps = st.lists(
@@ -204,19 +208,23 @@ def test_buckets_close_in_order_each_once_and_never_before_end_plus_grace(
     roller = make_roller(width="10s", grace_ms=grace, retention_ms=grace + 60_000, delay_ms=delay, idle_ms=idle)
     now = T0
     highest_seen: int | None = None
-    emitted: list[int] = []
+    touched: set[int] = set()  # buckets that received an event since they were last reported closed
     for op, partition, offset, step in steps:
         now += step
         if op == "event":
             placement = roller.add(T0 + offset, now_ms=now, partition=partition)
             if placement.bucket is not None:
                 highest_seen = T0 + offset if highest_seen is None else max(highest_seen, T0 + offset)
-        for closed in roller.advance(now_ms=now):
+                touched.add(placement.bucket.index)
+        indexes = []
+        for closed in roller.advance(now_ms=now).closed:
             assert closed.bucket.close_ms <= closed.watermark_ms
             assert highest_seen is not None and closed.watermark_ms <= highest_seen - delay
             assert closed.bucket.index <= roller.closed_through
-            emitted.append(closed.bucket.index)
-    assert emitted == sorted(set(emitted))
+            assert closed.bucket.index in touched  # reported again only for events it had not reported
+            touched.discard(closed.bucket.index)
+            indexes.append(closed.bucket.index)
+        assert indexes == sorted(indexes)
 
 
 # -- per-partition closed-through -------------------------------------------------
@@ -241,15 +249,22 @@ def test_a_late_event_in_a_bucket_closed_before_a_restart_is_not_reported_with_i
     roller.add(T0 + 60_000, now_ms=T0)  # watermark = close of bucket 0
     assert roller.add(T0 + 5, now_ms=T0).kind is PlacementKind.LATE
     assert roller.open_bucket_count() == 1  # bucket 1 only
-    assert roller.advance(now_ms=T0) == []
+    assert roller.advance(now_ms=T0).closed == ()
 
 
-def test_the_roller_s_own_closes_count_for_every_partition() -> None:
+def test_each_partition_closes_on_its_own_watermark_not_on_another_s() -> None:
     roller = make_roller(grace_ms=0)
-    roller.restore_closed_through(1, B0)
+    roller.restore_closed_through(1, B0)  # partition 1's last owner had closed through B0
+    roller.watermarks.assign([1, 2], T0)
     roller.add(T0 + 5 * 60_000, now_ms=T0, partition=2)
+    roller.add(T0 + 60_000 + 5, now_ms=T0, partition=1)
     roller.advance(now_ms=T0)
-    assert roller.closed_for(1) == roller.closed_for(7) == roller.closed_through == B0 + 4
+    assert (roller.closed_for(1), roller.closed_for(2), roller.closed_for(7)) == (B0, B0 + 4, -1)
+    assert roller.closed_through == B0  # closed for every tracked partition
+    # Bucket B0 + 2 is closed for partition 2, whose records reached B0 + 5, but still open
+    # for partition 1 (taken over from another worker), whose records reached only B0 + 1.
+    assert roller.add(T0 + 2 * 60_000, now_ms=T0, partition=2).kind is PlacementKind.LATE
+    assert roller.add(T0 + 2 * 60_000, now_ms=T0, partition=1).kind is PlacementKind.ON_TIME
 
 
 # -- conservation -----------------------------------------------------------------
@@ -283,6 +298,7 @@ def test_every_event_is_counted_once_and_every_bucket_with_an_on_time_event_clos
     on_time: set[int] = set()
     late_reported: Counter[int] = Counter()
     emitted: list[int] = []
+    touched: set[int] = set()
     for offset, partition, step, advance in events:
         now += step
         if offset is None:
@@ -293,18 +309,21 @@ def test_every_event_is_counted_once_and_every_bucket_with_an_on_time_event_clos
             if placement.kind is PlacementKind.ON_TIME:
                 assert placement.bucket.index > roller.closed_for(partition)
                 on_time.add(placement.bucket.index)
+                touched.add(placement.bucket.index)
             elif placement.kind is PlacementKind.LATE and placement.bucket.index > roller.closed_for(partition):
                 late_reported[placement.bucket.index] += 1
         if advance:
-            for closed in roller.advance(now_ms=now):
+            for closed in roller.advance(now_ms=now).closed:
                 assert closed.late_events == late_reported.pop(closed.bucket.index, 0)
+                assert closed.bucket.index in touched or closed.late_events or closed.dead_letters
+                touched.discard(closed.bucket.index)
                 emitted.append(closed.bucket.index)
         c = roller.counts()
         assert c.received == c.on_time + c.late + c.too_old + c.dead_lettered
     assert roller.counts().received == len(events)
     roller.add(now + 10 * 60_000, now_ms=now + 10 * 60_000)
-    emitted += [closed.bucket.index for closed in roller.advance(now_ms=now + 10**7)]
-    assert emitted == sorted(set(emitted)) and on_time <= set(emitted)
+    emitted += [closed.bucket.index for closed in roller.advance(now_ms=now + 10**7).closed]
+    assert on_time <= set(emitted)
 
 
 def test_a_random_mix_with_late_events_conserves_every_count() -> None:
@@ -316,7 +335,7 @@ def test_a_random_mix_with_late_events_conserves_every_count() -> None:
         now += rng.randint(0, 100)
         kinds[roller.add(now - rng.randint(0, 30_000), now_ms=now, partition=rng.randint(0, 3)).kind] += 1
         if rng.random() < 0.01:
-            roller.advance(now_ms=now)
+            roller.advance(now_ms=now).closed
     c = roller.counts()
     assert (c.on_time, c.late, c.too_old) == (kinds[PlacementKind.ON_TIME], kinds[PlacementKind.LATE], kinds[PlacementKind.TOO_OLD])
     assert c.received == 5_000 and c.late > 0  # the mix really had late events
@@ -334,7 +353,7 @@ def test_memory_stays_bounded_over_ten_thousand_buckets() -> None:
         for partition in range(3):
             roller.add(now + partition * 100, now_ms=now, partition=partition)
         roller.add(now - 60_000, now_ms=now)  # too old: counted, not stored
-        emitted += len(roller.advance(now_ms=now))
+        emitted += len(roller.advance(now_ms=now).closed)
         assert roller.open_bucket_count() <= 4  # the open window: current bucket plus those in grace
     assert emitted >= 9_990
     assert roller.counts().too_old == 10_000

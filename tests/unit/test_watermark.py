@@ -163,3 +163,66 @@ def test_low_watermark_is_monotone_and_follows_the_reference_rule(
         expected = previous if candidate is None else candidate if previous is None else max(previous, candidate)
         assert low == expected
         previous = low
+
+
+# -- agreement and per-partition watermarks ----------------------------------------
+
+
+def test_with_agreement_two_one_record_far_ahead_does_not_move_the_watermark() -> None:
+    tracker = WatermarkTracker(allowed_delay_ms=0, idle_timeout_ms=10_000, agreement=2)
+    tracker.observe(0, 1_000, now_ms=0)
+    assert tracker.low_watermark(now_ms=0) is None  # one record is not agreement
+    tracker.observe(0, 2_000, now_ms=0)
+    assert tracker.low_watermark(now_ms=0) == 1_000
+    tracker.observe(0, 3_000_000, now_ms=0)  # a bad clock, 50 minutes ahead
+    assert tracker.partition_watermark(0, now_ms=0) == tracker.low_watermark(now_ms=0) == 2_000
+    tracker.observe(0, 3_000, now_ms=0)
+    assert tracker.low_watermark(now_ms=0) == 3_000  # real time goes on
+    tracker.observe(0, 3_000_000, now_ms=0)  # a second record agrees: now it counts
+    assert tracker.low_watermark(now_ms=0) == 3_000_000
+
+
+def test_an_idle_partition_counts_its_largest_time_but_never_beyond_the_wall_clock() -> None:
+    tracker = WatermarkTracker(allowed_delay_ms=0, idle_timeout_ms=1_000, agreement=2)
+    tracker.observe(0, 10_000, now_ms=10_000)
+    tracker.observe(0, 11_000, now_ms=10_000)
+    tracker.observe(0, 3_000_000, now_ms=10_000)  # the outlier
+    assert tracker.partition_watermark(0, now_ms=10_500) == 11_000
+    assert tracker.partition_watermark(0, now_ms=20_000) == 20_000  # idle: up to the wall clock only
+    assert tracker.partition_watermark(0, now_ms=30_000) == 30_000
+
+
+def test_agreement_one_is_the_classic_largest_time_rule_even_when_idle() -> None:
+    tracker = WatermarkTracker(allowed_delay_ms=0, idle_timeout_ms=1_000)
+    tracker.observe(0, 3_000_000, now_ms=0)
+    assert tracker.partition_watermark(0, now_ms=5_000) == 3_000_000
+
+
+def test_each_partition_has_its_own_watermark_and_an_idle_one_follows_the_active_ones() -> None:
+    tracker = WatermarkTracker(allowed_delay_ms=100, idle_timeout_ms=1_000)
+    tracker.assign([0, 1, 2], now_ms=0)
+    tracker.observe(0, 50_000, now_ms=0)
+    tracker.observe(1, 20_000, now_ms=0)  # taken over from a worker that was behind
+    assert tracker.partition_watermark(0, 10) == 49_900
+    assert tracker.partition_watermark(1, 10) == 19_900  # its own, not the other's
+    assert tracker.partition_watermark(2, 10) is None  # nothing yet
+    tracker.observe(0, 60_000, now_ms=1_500)
+    tracker.observe(1, 21_000, now_ms=1_500)
+    assert tracker.partition_watermark(2, 1_500) == tracker.low_watermark(1_500) == 20_900  # idle: follows
+
+
+def test_restore_gives_a_reassigned_partition_its_checkpointed_times_and_a_partition_watermark_never_falls() -> None:
+    tracker = WatermarkTracker(allowed_delay_ms=0, idle_timeout_ms=1_000, agreement=2)
+    tracker.assign([3], now_ms=0)
+    tracker.restore(3, (9_000, 8_000), now_ms=0)
+    assert tracker.top_event_ts(3) == (9_000, 8_000) and tracker.partition_watermark(3, 0) == 8_000
+    tracker.observe(3, 9_500, now_ms=0)
+    assert tracker.partition_watermark(3, 0) == 9_000
+    tracker.observe(3, 1_000, now_ms=0)  # old data changes nothing
+    assert tracker.partition_watermark(3, 0) == 9_000
+
+
+@pytest.mark.parametrize("bad", [0, 17, True, 2.0, "2"])
+def test_a_bad_agreement_is_refused_naming_it(bad: object) -> None:
+    with pytest.raises(ConfigError, match="agreement"):
+        WatermarkTracker(0, 1, agreement=bad)  # type: ignore[arg-type]

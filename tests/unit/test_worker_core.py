@@ -16,8 +16,10 @@ from streams.worker.merge import PartialMerger
 from streams.worker.processor import EventProcessor, InMessage, Stage1Store
 
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % 60_000)  # a minute boundary
+# One record moves a partition's watermark here (agreement 1), so each test drives it with one
+# event; test_worker_watermarks.py covers the default, outlier-proof agreement of two.
 SETTINGS = WorkerSettings(bucket_width="1m", grace="5s", allowed_delay="1s", idle_timeout="10s", retention="10m",
-                          hot_window_s=1.0)
+                          hot_window_s=1.0, watermark_agreement=1)
 
 
 class Clock:

@@ -6,18 +6,20 @@ output (faust's own windowed tables expire by wall clock and know no watermark).
 The roller holds no aggregates: the worker keeps those (its stage-1 store) and asks
 the roller where each event belongs and which buckets to emit.
 
-* :meth:`BucketRoller.classify` places an event read from a partition against the
-  low watermark of a :class:`~streams.core.time.watermark.WatermarkTracker` and
-  against that partition's closed-through bucket (:meth:`BucketRoller.closed_for`):
+* :meth:`BucketRoller.classify` places an event read from a partition against
+  *that partition's* watermark (:meth:`~streams.core.time.watermark.WatermarkTracker.partition_watermark`)
+  and closed-through bucket (:meth:`BucketRoller.closed_for`), never against
+  another partition's progress, so a partition handed to another worker keeps its
+  on-time events on time:
 
   ============  ===============================================  ===================
   placement     when                                             goes to
   ============  ===============================================  ===================
   ON_TIME       its bucket is open                               the bucket's state
-  LATE          watermark >= bucket close (end + grace), or the  late-events topic
-                bucket was already closed for that partition,
-                within retention
-  TOO_OLD       watermark >= bucket end + retention              late-events topic
+  LATE          partition watermark >= bucket close (end +       late-events topic
+                grace), or the bucket was already closed for
+                that partition, within retention
+  TOO_OLD       partition watermark >= bucket end + retention    late-events topic
   FUTURE        event time > now + max_future_ms                 dead letters
   BEFORE_EPOCH  event time < min_event_ts_ms (default 0)         dead letters
   ============  ===============================================  ===================
@@ -25,19 +27,22 @@ the roller where each event belongs and which buckets to emit.
   Nothing is dropped silently: every event offered to :meth:`add` is counted under
   exactly one placement, and ``received == on_time + late + too_old +
   dead_lettered`` always holds (decode failures enter via :meth:`count_dead_letter`).
-* :meth:`BucketRoller.advance` closes, in index order, every bucket whose close
-  time is at or below the low watermark, and returns the ones to emit
+* :meth:`BucketRoller.advance` closes, per partition, every bucket whose close time
+  is at or below that partition's watermark, and returns (:class:`Advance`) the
+  (bucket, partition) slices whose state the caller must emit now and the buckets
+  closed for every partition tracked
   (:class:`~streams.core.time.eventtime.ClosedBucket`, with the late events and dead
   letters counted against each while it was open). A bucket never closes before
-  end + grace and is returned once, unless the caller says it holds state for a
-  bucket already closed (recovered after the close; see :meth:`advance`).
+  end + grace. A bucket is reported closed once, unless a partition it was not closed
+  for (newly assigned, with an older checkpoint) brings on-time events into it, or the
+  caller says it holds state for it (recovered after the close; see :meth:`advance`).
   Buckets that saw nothing are not returned.
-* Closed-through is per partition: :attr:`closed_through` is the highest bucket
-  this roller closed; :meth:`restore_closed_through` records what a partition's
-  durable checkpoint says was closed before a restart. After a crash some
-  partitions' checkpoints may have reached the broker and others not: a partition
-  whose checkpoint did not must have its re-read records folded into their buckets
-  again, while one whose checkpoint did must see them as late.
+* Closed-through is per partition (:meth:`closed_for`); :attr:`closed_through` is
+  what is closed for every tracked partition. :meth:`restore_closed_through` records
+  what a partition's durable checkpoint says was closed before a restart or by its
+  last owner. After a crash some partitions' checkpoints may have reached the broker
+  and others not: a partition whose checkpoint did not must have its re-read records
+  folded into their buckets again, while one whose checkpoint did must see them as late.
 * Retention: an event whose bucket ended ``retention_ms`` or more before the
   watermark is TOO_OLD rather than LATE. The roller keeps state only for buckets
   not closed yet (two counters each), so memory is bounded by the open window
@@ -47,6 +52,7 @@ the roller where each event belongs and which buckets to emit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from streams.core.errors import InvalidArgumentError
@@ -66,11 +72,24 @@ from streams.core.time.eventtime import (
 from streams.core.time.watermark import WatermarkTracker
 from streams.core.validate import require_int
 
-__all__ = ["BucketRoller", "MAX_REASONS"]
+__all__ = ["Advance", "BucketRoller", "MAX_REASONS"]
 
 #: Distinct dead-letter reasons counted by name; further ones count under "other".
 MAX_REASONS = 32
 _MAX_REASON_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class Advance:
+    """What one :meth:`BucketRoller.advance` closed.
+
+    ``slices`` are the held (bucket index, partition) pairs whose state the caller
+    must emit now, in index order; ``closed`` the buckets now closed for every
+    partition tracked, each once (the bucket-closed reports).
+    """
+
+    slices: tuple[tuple[int, int], ...]
+    closed: tuple[ClosedBucket, ...]
 
 
 class _State:
@@ -114,8 +133,7 @@ class BucketRoller:
         self.min_event_ts_ms = require_int("min_event_ts_ms", min_event_ts_ms, 0, MAX_TIMESTAMP_MS)
         self.watermarks = watermarks
         self._open: dict[int, _State] = {}  # buckets not closed yet that saw an event
-        self._closed_through = -1  # every bucket with index <= this is closed
-        self._restored: dict[int, int] = {}  # partition -> closed-through from its checkpoint
+        self._closed: dict[int, int] = {}  # partition -> every bucket with index <= this is closed for it
         self._counts = [0, 0, 0, 0, 0]  # Counts fields, in order
         self._reasons: dict[str, int] = {}
         self._bucket_cache: dict[int, Bucket] = {}
@@ -143,14 +161,14 @@ class BucketRoller:
             return Placement(PlacementKind.FUTURE, None, self.watermarks.floor_ms, 0, REASON_FUTURE)
         index = ts // self.buckets.width_ms
         bucket = self._bucket(index)
-        watermark = self.watermarks.low_watermark(now)
+        watermark = self.watermarks.partition_watermark(partition, now)
         if watermark is not None:
             # The watermark is monotone, so this also covers every bucket closed before.
             if bucket.end_ms + self.retention_ms <= watermark:
                 return Placement(PlacementKind.TOO_OLD, bucket, watermark, watermark - bucket.close_ms, REASON_TOO_OLD)
             if bucket.close_ms <= watermark:
                 return Placement(PlacementKind.LATE, bucket, watermark, watermark - bucket.close_ms, REASON_LATE)
-        if index <= self.closed_for(partition):  # closed before a restart, per the partition's checkpoint
+        if index <= self._closed.get(partition, -1):  # closed by an earlier watermark, or per the checkpoint
             lateness = 0 if watermark is None else max(0, watermark - bucket.close_ms)
             return Placement(PlacementKind.LATE, bucket, watermark, lateness, REASON_LATE)
         return Placement(PlacementKind.ON_TIME, bucket, watermark, 0, "")
@@ -187,7 +205,7 @@ class BucketRoller:
             counts[1] += 1
         elif kind is PlacementKind.LATE:
             index = placement.bucket.index  # type: ignore[union-attr]
-            if index > self.closed_for(partition):  # not emitted yet: report it with the bucket
+            if index > self._closed.get(partition, -1):  # not closed for it yet: report it with the bucket
                 state = self._open.get(index)
                 if state is None:
                     state = self._open[index] = _State()
@@ -229,32 +247,40 @@ class BucketRoller:
 
     # -- closing --------------------------------------------------------------------
 
-    def advance(self, now_ms: int, held: Iterable[int] = ()) -> list[ClosedBucket]:
-        """Close every bucket whose close time <= the low watermark at ``now_ms``; return those to emit.
+    def advance(self, now_ms: int, held: Iterable[tuple[int, int]] = ()) -> Advance:
+        """Close, per partition, every bucket whose close time <= its watermark at ``now_ms``.
 
-        ``held`` are the indexes of the buckets the caller holds state for (its
-        aggregates). Returned, in index order: every bucket that closed by this call
-        and saw an event here or is held, each once over the roller's life; and any
-        held bucket that had closed before (state the caller recovered after the
-        close, e.g. from a reassigned partition's changelog), to be emitted again.
-        Nothing closes before the low watermark is known. Raises InvalidBucketError
-        on a non-int ``now_ms``.
+        ``held`` are the (bucket index, partition) pairs the caller holds state for
+        (its aggregates). Returned (:class:`Advance`): every held pair whose bucket
+        is now closed for its partition, including one closed before (state the
+        caller recovered after the close, e.g. from a reassigned partition's
+        changelog, to be emitted again); and every bucket that is now closed for
+        every tracked partition and saw an event here or is held, each once over the
+        roller's life unless held again. A partition closes nothing before its
+        watermark is known. Raises InvalidBucketError on a non-int ``now_ms``.
         """
         now = check_ms(now_ms, "now_ms")
-        watermark = self.watermarks.low_watermark(now)
-        if watermark is None:
-            return []
-        closable = (watermark - self.buckets.grace_ms) // self.buckets.width_ms - 1  # last index with close <= watermark
-        if closable > self._closed_through:
-            self._closed_through = closable
-        due = {i for i in self._open if i <= closable}
-        due.update(i for i in held if i <= closable)
+        width, grace = self.buckets.width_ms, self.buckets.grace_ms
+        tracked = self.watermarks.tracked()
+        for partition in tracked:
+            watermark = self.watermarks.partition_watermark(partition, now)
+            if watermark is None:
+                continue
+            closable = (watermark - grace) // width - 1  # last index with close <= watermark
+            if closable > self._closed.get(partition, -1):
+                self._closed[partition] = closable
+        held = list(held)
+        slices = tuple(sorted((i, p) for i, p in held if i <= self._closed.get(p, -1)))
+        everywhere = min((self._closed.get(p, -1) for p in tracked), default=-1)
+        due = {i for i in self._open if i <= everywhere}
+        due.update(i for i, _ in slices if i <= everywhere)
         closed = []
+        watermark = self.watermarks.low_watermark(now)
         for index in sorted(due):
             state = self._open.pop(index, None)
             late, dead = (0, 0) if state is None else (state.late_events, state.dead_letters)
-            closed.append(ClosedBucket(self._bucket(index), late, dead, now, watermark))
-        return closed
+            closed.append(ClosedBucket(self._bucket(index), late, dead, now, _stated_watermark(watermark, self._bucket(index))))
+        return Advance(slices, tuple(closed))
 
     def restore_closed_through(self, partition: int, index: int) -> None:
         """Record that ``partition``'s durable checkpoint says buckets through ``index`` were closed.
@@ -266,24 +292,24 @@ class BucketRoller:
         partition = check_partition(partition)
         if index.__class__ is not int or not -1 <= index <= MAX_TIMESTAMP_MS // self.buckets.width_ms:
             raise InvalidArgumentError(f"closed-through index must be an int in -1..{MAX_TIMESTAMP_MS // self.buckets.width_ms}, got {index!r}")
-        if index > self._restored.get(partition, -1):
-            self._restored[partition] = index
+        if index > self._closed.get(partition, -1):
+            self._closed[partition] = index
 
     # -- observation ----------------------------------------------------------------
 
     @property
     def closed_through(self) -> int:
-        """Every bucket with an index at or below this was closed by this roller (-1 before any)."""
-        return self._closed_through
+        """Every bucket at or below this index is closed for every tracked partition (-1 before any, or none tracked)."""
+        tracked = self.watermarks.tracked()
+        return min((self._closed.get(p, -1) for p in tracked), default=-1)
 
     def closed_for(self, partition: int) -> int:
         """The highest bucket index closed for events read from ``partition``.
 
-        The larger of :attr:`closed_through` and what the partition's checkpoint
-        restored (:meth:`restore_closed_through`).
+        Raised by its watermark (:meth:`advance`) and by its checkpoint
+        (:meth:`restore_closed_through`); never lowered.
         """
-        restored = self._restored.get(partition, -1)
-        return restored if restored > self._closed_through else self._closed_through
+        return self._closed.get(partition, -1)
 
     def counts(self) -> Counts:
         """Return the event counters (see :class:`Counts` for the invariant)."""
@@ -296,3 +322,12 @@ class BucketRoller:
     def open_bucket_count(self) -> int:
         """Return how many buckets not closed yet have seen an event (the roller's only per-bucket state)."""
         return len(self._open)
+
+
+def _stated_watermark(watermark: int | None, bucket: Bucket) -> int:
+    """The watermark a bucket-closed report states: the low watermark, or the bucket's close if that is later.
+
+    Per-partition closing can close a bucket before the low watermark reaches it
+    (every tracked partition passed it, but an idle one's floor lags).
+    """
+    return bucket.close_ms if watermark is None or watermark < bucket.close_ms else watermark

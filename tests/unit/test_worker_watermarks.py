@@ -1,0 +1,190 @@
+"""The processor with its default settings: outlier-proof watermarks, per-partition lateness across a
+handover, and event-ID dedup (issue 14, items 3, 4 and 5)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from streams.core.config import WorkerSettings
+from streams.core.ids import UUIDv7Generator
+from streams.core.serde import JsonCodec
+from streams.worker.merge import PartialMerger
+from streams.core.time.buckets import TimeBuckets
+from streams.worker.processor import EventProcessor, InMessage, Output, Stage1Store
+
+T0 = 1_800_000_000_000 - (1_800_000_000_000 % 60_000)
+SETTINGS = WorkerSettings(bucket_width="1m", grace="5s", allowed_delay="1s", idle_timeout="10s", retention="10m",
+                          hot_window_s=1.0)
+CODEC = JsonCodec("event")
+
+
+class Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def payload(key: str, ts: int, value: float, event_id: str) -> bytes:
+    return CODEC.encode({"id": event_id, "id_kind": "uuid7", "ts_ms": ts, "key": key, "value": value,
+                         "attributes": {}})
+
+
+def message(partition: int, offset: int, body: bytes, key: str) -> InMessage:
+    return InMessage("events", partition, offset, key.encode(), body,
+                     {"content-type": b"application/json", "streams-salt": b"-1"})
+
+
+def worker(data: dict[str, Any], clock: Clock, partitions: list[int], name: str = "w") -> EventProcessor:
+    processor = EventProcessor(SETTINGS, Stage1Store(data, lambda *a: None), instance=name, clock_ms=clock)
+    processor.assign([("events", p) for p in partitions])
+    return processor
+
+
+def merged(outputs: list[Output]) -> dict[tuple[str, str], int]:
+    merger = PartialMerger({}, lambda *a: None, TimeBuckets("1m"), 10**12)
+    out = {}
+    for o in outputs:
+        if o.role == "partials":
+            rec = merger.apply(0, o.record)
+            out[(rec["bucket"], rec["key"])] = rec["count"]
+    return out
+
+
+def test_one_event_stamped_50_minutes_ahead_then_a_lull_does_not_make_the_following_events_late() -> None:
+    clock = Clock(T0)
+    p = worker({}, clock, [0])
+    ids = UUIDv7Generator()
+    offset = 0
+    outputs: list[Output] = []
+    for i in range(20):
+        clock.now = T0 + i * 100
+        outputs += p.handle(message(0, offset, payload("k", clock.now, 1.0, str(ids.next())), "k"))
+        offset += 1
+    outputs += p.handle(message(0, offset, payload("bad-clock", T0 + 50 * 60_000, 1.0, str(ids.next())), "bad-clock"))
+    offset += 1
+    clock.now += 40_000  # a lull longer than idle_timeout
+    outputs += p.tick().outputs
+    real = 0
+    for i in range(1_180):
+        clock.now += 50
+        outputs += p.handle(message(0, offset, payload(f"r{i % 7}", clock.now - 300, 1.0, str(ids.next())), "r"))
+        offset += 1
+        real += 1
+        if i % 100 == 0:
+            outputs += p.tick().outputs
+    assert [o for o in outputs if o.role in ("late_events", "dead_letters")] == []
+    counts = p.counts()
+    assert (counts.on_time, counts.late) == (20 + 1 + real, 0)  # the outlier waits, on time, in its bucket
+
+
+def test_a_partition_taken_over_from_a_worker_that_was_behind_keeps_its_events_on_time_and_exact() -> None:
+    """Worker A owns partitions 0 and 1 and is killed; B, well ahead on partition 2, takes partition 1 over."""
+    clock = Clock(T0)
+    ids = UUIDv7Generator()
+    stream: dict[int, list[InMessage]] = {1: [], 2: []}
+    oracle: Counter[tuple[str, str]] = Counter()
+    buckets = TimeBuckets("1m")
+    for i in range(3_000):  # three minutes on each partition
+        ts = T0 + i * 60
+        for partition in (1, 2):
+            key = f"p{partition}k{i % 5}"
+            stream[partition].append(message(partition, len(stream[partition]),
+                                             payload(key, ts, 1.0, str(ids.next())), key))
+            oracle[(buckets.bucket_of(ts).label, key)] += 1
+    for partition in (1, 2):  # the stream goes on past the last bucket's close
+        for j in range(2):
+            key = f"end{partition}"
+            ts = T0 + 3 * 60_000 + 10_000 + j
+            stream[partition].append(message(partition, len(stream[partition]), payload(key, ts, 0.0, str(ids.next())), key))
+            oracle[(buckets.bucket_of(ts).label, key)] += 1
+    table_a: dict[str, Any] = {}
+    a = worker(table_a, clock, [1], "a")
+    outputs: list[Output] = []
+    for msg in stream[1][:1_000]:  # A reaches 60 s into partition 1, checkpoints, dies before its commit
+        clock.now = T0 + 60 * msg.offset
+        outputs += a.handle(msg)
+        if msg.offset % 200 == 0:
+            outputs += a.tick().outputs
+            a.persist(lambda: None)
+    table_b: dict[str, Any] = {}
+    b = worker(table_b, clock, [2], "b")
+    for msg in stream[2][:2_500]:  # meanwhile B is 150 s into partition 2
+        clock.now = T0 + 60 * msg.offset
+        outputs += b.handle(msg)
+        if msg.offset % 200 == 0:
+            outputs += b.tick().outputs
+            b.persist(lambda: None)
+    # The rebalance: B gets partition 1 with A's changelog (the table faust restores) and
+    # re-reads it from A's last committed offset, 600.
+    table_b.update({k: v for k, v in table_a.items() if k.startswith("meta|events|1") or "|1|" in k})
+    b.assign([("events", 1), ("events", 2)])
+    rest = sorted(stream[1][600:] + stream[2][2_500:], key=lambda m: CODEC.decode(m.value)["ts_ms"])  # a fetch interleaves
+    for msg in rest:
+        clock.now = max(clock.now, T0 + 60 * msg.offset)
+        outputs += b.handle(msg)
+        if msg.offset % 200 == 0:
+            outputs += b.tick().outputs
+            b.persist(lambda: None)
+    clock.now += 60_000
+    for _ in range(2):
+        outputs += b.tick().outputs
+        b.persist(lambda: None)
+    assert [o.record["reason"] for o in outputs if o.role == "late_events"] == []
+    got = merged(outputs)
+    assert {k: v for k, v in got.items() if not k[1].startswith("end")} == \
+        {k: v for k, v in oracle.items() if not k[1].startswith("end")}
+
+
+def test_an_event_sent_twice_with_one_id_is_counted_once_and_its_memory_goes_with_the_bucket() -> None:
+    clock = Clock(T0)
+    data: dict[str, Any] = {}
+    p = worker(data, clock, [0])
+    ids = UUIDv7Generator()
+    outputs: list[Output] = []
+    offset = 0
+    sent: list[bytes] = []
+    for i in range(100):
+        clock.now = T0 + i * 100
+        body = payload(f"k{i % 3}", clock.now, float(i), str(ids.next()))
+        sent.append(body)
+        outputs += p.handle(message(0, offset, body, f"k{i % 3}"))
+        offset += 1
+    for i in range(0, 100, 4):  # a producer retry or an application re-send: same ID, new offset
+        outputs += p.handle(message(0, offset, sent[i], f"k{i % 3}"))
+        offset += 1
+    assert p.ids_held() == 100
+    p.tick()
+    p.persist(lambda: None)
+    # A restarted worker over the same changelog still knows the IDs of the open bucket.
+    clock2 = Clock(clock.now)
+    p2 = worker(dict(data), clock2, [0])
+    outputs += p2.handle(message(0, offset, sent[1], "k1"))
+    offset += 1
+    assert p2.counts().duplicates == 1 and p2.ids_held() == 100
+    for j in range(2):  # past the bucket's close
+        clock2.now = T0 + 70_000 + j
+        outputs += p2.handle(message(0, offset, payload("end", clock2.now, 0.0, str(ids.next())), "end"))
+        offset += 1
+    outputs += p2.tick().outputs
+    p2.persist(lambda: None)
+    got = merged(outputs)
+    label = TimeBuckets("1m").bucket_of(T0).label
+    assert {k: got[(label, k)] for k in ("k0", "k1", "k2")} == {"k0": 34, "k1": 33, "k2": 33}
+    assert p.counts().duplicates == 25
+    assert p2.ids_held() == 2  # the closed bucket's IDs are gone; the open one holds its two
+    assert not [k for k in p2.store.data if k.startswith(f"ids|{TimeBuckets('1m').bucket_of(T0).index}|")]
+
+
+def test_dedup_can_be_turned_off() -> None:
+    from dataclasses import replace
+
+    clock = Clock(T0)
+    p = EventProcessor(replace(SETTINGS, dedup_ids=False), Stage1Store({}, lambda *a: None), instance="x",
+                       clock_ms=clock)
+    body = payload("k", T0, 1.0, str(UUIDv7Generator().next()))
+    p.handle(message(0, 0, body, "k"))
+    p.handle(message(0, 1, body, "k"))
+    assert p.counts().duplicates == 0 and p.ids_held() == 0
