@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 1
     except (StreamsError, KafkaException, OSError) as exc:
-        return _fail(describe_error(exc), debug)
+        return _fail(describe_error(exc) + _connection_hint(exc), debug)
     except Exception as exc:  # noqa: BLE001 - a bug: still one line, traceback with --debug
         hint = "" if debug else " (run with --debug for the traceback)"
         return _fail(f"unexpected {type(exc).__name__}: {describe_error(exc)}{hint}", debug)
@@ -176,6 +176,43 @@ def _silence_stdout() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep the interpreter's final flush quiet
     except OSError:
         pass
+
+
+class _ConnectionProblems(logging.Handler):
+    """Remembers the last librdkafka line that says why a connection failed (authentication, TLS)."""
+
+    MARKERS = ("SASL authentication error", "Authentication failed", "SSL handshake failed", "certificate verify")
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        found = [message.find(marker) for marker in self.MARKERS if marker in message]
+        if found:
+            self.last = message[min(found):]  # from the reason on, without thread and broker prefixes
+
+
+_PROBLEMS = _ConnectionProblems()
+
+
+def _connection_hint(exc: BaseException) -> str:
+    """For a cluster that could not be reached: why, as far as librdkafka said, or what to check."""
+    text = str(exc)
+    if "cannot reach the Kafka cluster" not in text and "transport failure" not in text.lower():
+        return ""
+    if _PROBLEMS.last is not None:
+        return f" (the broker refused the connection: {_PROBLEMS.last})"
+    try:
+        protocol = str(load(KafkaSettings).client_properties.get("security.protocol", "PLAINTEXT")).upper()
+    except StreamsError:
+        return ""
+    if protocol == "PLAINTEXT":
+        return (" (if the cluster requires authentication or TLS, set security.protocol and the sasl.* / ssl.* "
+                "client properties, e.g. $STREAMS_KAFKA_SECURITY_PROTOCOL)")
+    return (f" (security.protocol is {protocol}: check the sasl.* / ssl.* client properties; "
+            "--debug shows librdkafka's reasons)")
 
 
 def describe_error(exc: BaseException) -> str:
@@ -282,7 +319,8 @@ def _kafka_logger(debug: bool) -> logging.Logger:
     handler: logging.Handler = logging.StreamHandler(sys.stderr) if debug else logging.NullHandler()
     handler.setFormatter(logging.Formatter("librdkafka: %(message)s"))
     logger.addHandler(handler)
-    logger.setLevel(logging.WARNING if debug else logging.CRITICAL + 1)
+    logger.addHandler(_PROBLEMS)  # an error line can then say why a connection failed
+    logger.setLevel(logging.WARNING)
     return logger
 
 

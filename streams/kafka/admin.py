@@ -352,6 +352,7 @@ def _metadata(admin: AdminClient, admin_config: Mapping[str, Any], timeout_s: fl
     try:
         return admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
+        admin.poll(0)  # hand librdkafka's queued log lines (why it failed) to the configured logger
         err, text = _error_text(exc)
         if err is not None and err.code() in _UNREACHABLE:
             raise TopicAdminError(f"cannot reach the Kafka cluster at {_where(admin_config)} "
