@@ -2,47 +2,34 @@
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+from test_cli_monitor_replay import read_all
 
 from streams.core.config import TopicNames
 from streams.core.ids import uuid7
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import JsonCodec
 from streams.core.time.buckets import TimeBuckets
-from streams.kafka.admin import TopicSpec, describe_topics, ensure_topics, project_topic_specs
+from streams.kafka.admin import (
+    TopicSpec,
+    describe_topics,
+    ensure_topics,
+    project_topic_specs,
+)
 from streams.kafka.producer import RoutingProducer
 
 EVENTS = 50_000
 PARTITIONS = 6
 KILL_AFTER = 15_000
 PACE_EVERY = 1_000  # events per pacing step: ~10k events/s, so the kill lands mid-run
-
-
-def read_to_end(config: dict[str, Any], topic: str, *, deadline_s: float = 90) -> list[Any]:
-    """Every record of ``topic`` up to its end offsets now (no group offsets)."""
-    consumer = Consumer({**config, "group.id": f"chk-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
-    try:
-        parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        todo = {p for p in parts if ends[p]}
-        consumer.assign([TopicPartition(topic, p, 0) for p in todo])
-        got: list[Any] = []
-        deadline = time.monotonic() + deadline_s
-        while todo and time.monotonic() < deadline:
-            for msg in consumer.consume(5000, 0.5):
-                if msg.error() is None:
-                    got.append(msg)
-                    if msg.offset() + 1 >= ends[msg.partition()]:
-                        todo.discard(msg.partition())
-        assert not todo, f"could not read {topic} to its end offsets {ends}"
-        return got
-    finally:
-        consumer.close()
 
 
 def wait_for_new_leader(cluster: Any, topic: str, partition: int, old: int, timeout_s: float = 60) -> int:
@@ -104,7 +91,7 @@ def test_killing_a_partition_leader_mid_produce_loses_and_duplicates_no_acknowle
     assert (stats.sent, stats.delivered, stats.failed) == (EVENTS, EVENTS, 0), stats.last_error
 
     codec = JsonCodec("event")
-    ids = Counter(codec.decode(m.value())["id"] for m in read_to_end(config, topic))
+    ids = Counter(codec.decode(m.value())["id"] for m in read_all(kafka_cluster.bootstrap, topic))
     lost = set(sent) - set(ids)
     duplicated = {i: n for i, n in ids.items() if n > 1}
     print(f"[failover] read back {sum(ids.values()):,} records: {len(lost)} lost, {len(duplicated)} duplicated")
