@@ -136,13 +136,58 @@ broker.session.timeout.ms=6000
 SASL_PROPERTIES = """\
 sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256
-listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=\\
+listener.name.{listener}.scram-sha-256.sasl.jaas.config=\\
   org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";
-listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=\\
+listener.name.{listener}.scram-sha-512.sasl.jaas.config=\\
   org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";
 """
 
+#: Added for TLS on the client listener (SSL or SASL_SSL): PEM files of a test CA made at start.
+TLS_PROPERTIES = """\
+ssl.keystore.type=PEM
+ssl.keystore.location={keystore}
+ssl.truststore.type=PEM
+ssl.truststore.location={ca}
+"""
+
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class TestCA:
+    """A throw-away certificate authority and one server certificate for 127.0.0.1 / localhost, as PEM files.
+
+    ``ca`` is what clients trust (``ssl.ca.location``); ``keystore`` holds the
+    server's unencrypted PKCS#8 key and its certificate (Kafka's PEM keystore).
+    """
+
+    ca: Path
+    keystore: Path
+
+    @classmethod
+    def create(cls, folder: Path, days: int = 2) -> "TestCA":
+        """Make the CA and a server certificate signed by it in ``folder`` with openssl; raise BrokerError if it fails."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise BrokerError("openssl is needed to make the test CA of a TLS broker (apt-get install openssl)")
+        folder.mkdir(parents=True, exist_ok=True)
+        ext = folder / "san.ext"
+        ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        steps = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", str(days),
+             "-subj", "/CN=streams-test-ca"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "server.pem", "-days", str(days), "-extfile", str(ext)],
+        ]
+        for step in steps:
+            done = subprocess.run([openssl, *step], cwd=folder, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise BrokerError(f"openssl {step[0]} failed making the test CA:\n{done.stderr[-2000:]}")
+        keystore = folder / "server-keystore.pem"
+        keystore.write_text((folder / "server.key").read_text() + (folder / "server.pem").read_text())
+        return cls(folder / "ca.pem", keystore)
 
 
 LOG4J2_XML = """\
@@ -189,8 +234,10 @@ class LocalKafka:
     Alone (the defaults) it is a single-node cluster; :class:`LocalKafkaCluster` makes
     several with ``node_id``, ``voters`` and ``replicas`` set. With ``scram`` set, its
     only client listener is SASL_PLAINTEXT with SCRAM (that user, and an inter-broker
-    user), so anonymous clients are refused; :meth:`client_config` gives the
-    user's librdkafka properties.
+    user), so anonymous clients are refused; with ``tls`` too it is SASL_SSL (SSL
+    without ``scram``) with a certificate from a :class:`TestCA` made at start.
+    :meth:`client_config` gives a client's librdkafka properties (the user's
+    credentials, the CA to trust).
 
     ``bootstrap`` is ``127.0.0.1:<port>`` once started; ``started_in_s`` is how long
     the broker took from launch until it answered a metadata request.
@@ -207,10 +254,12 @@ class LocalKafka:
     min_isr: int = 1
     cluster_id: str = ""
     scram: ScramUser | None = None
+    tls: bool = False
     started_in_s: float = 0.0
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _own_workdir: bool = field(default=False, repr=False)
     _broker_user: ScramUser = field(default_factory=lambda: ScramUser("streams-broker"), repr=False)
+    _ca: TestCA | None = field(default=None, repr=False)
 
     @property
     def bootstrap(self) -> str:
@@ -226,10 +275,21 @@ class LocalKafka:
     def client_config(self) -> dict[str, str]:
         """librdkafka properties a client needs here: bootstrap, and the SCRAM user's credentials if secured."""
         config = {"bootstrap.servers": self.bootstrap}
+        if self._protocol != "PLAINTEXT":
+            config["security.protocol"] = self._protocol
         if self.scram is not None:
-            config.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": self.scram.mechanism,
+            config.update({"sasl.mechanism": self.scram.mechanism,
                            "sasl.username": self.scram.username, "sasl.password": self.scram.password})
+        if self._ca is not None:
+            config["ssl.ca.location"] = str(self._ca.ca)
         return config
+
+    @property
+    def _protocol(self) -> str:
+        """The client listener's security protocol."""
+        if self.tls:
+            return "SASL_SSL" if self.scram is not None else "SSL"
+        return "SASL_PLAINTEXT" if self.scram is not None else "PLAINTEXT"
 
     def start(self) -> "LocalKafka":
         """Fetch jars if needed, format fresh storage, launch, wait until it serves metadata."""
@@ -257,6 +317,8 @@ class LocalKafka:
         self.port = self.port or free_port()
         self.controller_port = self.controller_port or free_port()
         self.cluster_id = self.cluster_id or new_cluster_id()
+        if self.tls and self._ca is None:
+            self._ca = TestCA.create(self.workdir / "tls")
         self._config_file.write_text(self._properties())
         (self.workdir / "log4j2.xml").write_text(LOG4J2_XML.format(log_file=self.log_file))
         scram = []
@@ -297,7 +359,7 @@ class LocalKafka:
 
     def _properties(self) -> str:
         assert self.workdir is not None
-        client = "SASL_PLAINTEXT" if self.scram is not None else "PLAINTEXT"
+        client = self._protocol
         text = SERVER_PROPERTIES.format(
             node_id=self.node_id, voters=self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}",
             listeners=f"{client}://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
@@ -305,7 +367,10 @@ class LocalKafka:
             protocol_map=f"{client}:{client},CONTROLLER:PLAINTEXT", log_dir=self.workdir / "data",
             replicas=self.replicas, min_isr=self.min_isr)
         if self.scram is not None:
-            text += SASL_PROPERTIES.format(user=self._broker_user.username, password=self._broker_user.password)
+            text += SASL_PROPERTIES.format(user=self._broker_user.username, password=self._broker_user.password,
+                                           listener=client.lower())
+        if self._ca is not None:
+            text += TLS_PROPERTIES.format(keystore=self._ca.keystore, ca=self._ca.ca)
         return text
 
     def wait_ready(self, began: float, *, brokers: int = 1) -> None:
@@ -520,20 +585,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1, help="start a cluster of this many nodes (default: 1)")
     parser.add_argument("--sasl", action="store_true",
                         help="one node whose client listener is SASL_PLAINTEXT with SCRAM (prints the user)")
+    parser.add_argument("--tls", action="store_true",
+                        help="TLS on the client listener with a test CA made now (SASL_SSL with --sasl)")
     args = parser.parse_args(argv)
     if args.command == "fetch":
         print(fetch_jars(args.version))
         return 0
-    if args.nodes > 1 and (args.sasl or args.port):
-        parser.error("--nodes > 1 takes neither --sasl nor --port")
+    if args.nodes > 1 and (args.sasl or args.tls or args.port):
+        parser.error("--nodes > 1 takes none of --sasl, --tls, --port")
     kafka: LocalKafka | LocalKafkaCluster
     if args.nodes > 1:
         kafka = LocalKafkaCluster(nodes=args.nodes, version=args.version)
     else:
-        kafka = LocalKafka(version=args.version, port=args.port, scram=ScramUser() if args.sasl else None)
+        kafka = LocalKafka(version=args.version, port=args.port, scram=ScramUser() if args.sasl else None,
+                           tls=args.tls)
     with kafka:
         print(f"Kafka {kafka.version} ready at {kafka.bootstrap} in {kafka.started_in_s:.1f} s (Ctrl-C stops it)", flush=True)
-        if isinstance(kafka, LocalKafka) and kafka.scram is not None:
+        if isinstance(kafka, LocalKafka) and (kafka.scram is not None or kafka.tls):
             print("client properties: " + ", ".join(f"{k}={v}" for k, v in kafka.client_config().items()), flush=True)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:

@@ -3,8 +3,8 @@
 ``KAFKA_BOOTSTRAP`` names an existing cluster; otherwise the session starts the
 project's own single-node KRaft broker (scripts/kafka_local.py). Two more brokers are
 started only if a test asks for them, once per session: ``kafka_cluster`` (three
-nodes, replication factor 3) and ``secured_kafka`` (one node with a SASL/SCRAM
-listener only). A test that needs a broker fails loudly when it cannot be had;
+nodes, replication factor 3), ``secured_kafka`` (one node with a SASL_PLAINTEXT /
+SCRAM listener only) and ``tls_kafka`` (SASL_SSL with a test CA made at start). A test that needs a broker fails loudly when it cannot be had;
 nothing here skips.
 """
 
@@ -58,34 +58,53 @@ def kafka_bootstrap() -> Iterator[str]:
 
 @dataclass(frozen=True)
 class SecuredKafka:
-    """A broker whose only client listener is SASL_PLAINTEXT with SCRAM, and the one user it knows."""
+    """A broker whose only client listener is SASL/SCRAM (``protocol``: SASL_PLAINTEXT or SASL_SSL), and its user.
+
+    ``ca_location`` is the test CA's certificate file for SASL_SSL (None otherwise).
+    """
 
     bootstrap: str
     username: str
     password: str
     mechanism: str
+    protocol: str = "SASL_PLAINTEXT"
+    ca_location: str | None = None
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
-        """librdkafka properties that authenticate as the user, then ``extra``."""
-        return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+        """librdkafka properties that authenticate as the user (and trust the test CA), then ``extra``."""
+        tls = {"ssl.ca.location": self.ca_location} if self.ca_location else {}
+        return {"bootstrap.servers": self.bootstrap, "security.protocol": self.protocol,
                 "sasl.mechanism": self.mechanism, "sasl.username": self.username,
-                "sasl.password": self.password, **extra}
+                "sasl.password": self.password, **tls, **extra}
+
+
+def _secured_broker(tls: bool, mechanism: str) -> Iterator[SecuredKafka]:
+    from kafka_local import LocalKafka, ScramUser
+
+    broker = LocalKafka(heap="384m", scram=ScramUser("alice", mechanism=mechanism), tls=tls)
+    what = "SASL_SSL" if tls else "SASL_PLAINTEXT"
+    _start_or_fail(broker, f"secured ({what}, {mechanism}) Kafka broker")
+    assert broker.scram is not None
+    config = broker.client_config()
+    print(f"\n[kafka] {what} broker at {broker.bootstrap} (SCRAM user {broker.scram.username}), "
+          f"started in {broker.started_in_s:.1f} s")
+    try:
+        yield SecuredKafka(broker.bootstrap, broker.scram.username, broker.scram.password, broker.scram.mechanism,
+                           config["security.protocol"], config.get("ssl.ca.location"))
+    finally:
+        broker.stop()
 
 
 @pytest.fixture(scope="session")
 def secured_kafka() -> Iterator[SecuredKafka]:
-    """A single-node broker with a SASL/SCRAM-SHA-256 listener, started the first time a test asks."""
-    from kafka_local import LocalKafka, ScramUser
+    """A single-node broker with a SASL_PLAINTEXT / SCRAM-SHA-256 listener only, started the first time a test asks."""
+    yield from _secured_broker(tls=False, mechanism="SCRAM-SHA-256")
 
-    broker = LocalKafka(heap="384m", scram=ScramUser("alice", mechanism="SCRAM-SHA-256"))
-    _start_or_fail(broker, "secured (SASL/SCRAM) Kafka broker")
-    assert broker.scram is not None
-    print(f"\n[kafka] secured broker at {broker.bootstrap} (SCRAM user {broker.scram.username}), "
-          f"started in {broker.started_in_s:.1f} s")
-    try:
-        yield SecuredKafka(broker.bootstrap, broker.scram.username, broker.scram.password, broker.scram.mechanism)
-    finally:
-        broker.stop()
+
+@pytest.fixture(scope="session")
+def tls_kafka() -> Iterator[SecuredKafka]:
+    """A single-node broker with a SASL_SSL / SCRAM-SHA-512 listener only (a test CA made at start), started lazily."""
+    yield from _secured_broker(tls=True, mechanism="SCRAM-SHA-512")
 
 
 @pytest.fixture(scope="session")

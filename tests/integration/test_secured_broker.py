@@ -1,4 +1,4 @@
-"""A broker that only speaks SASL/SCRAM: the producer, the worker, ``monitor`` and ``replay`` authenticate with
+"""A broker that only speaks SASL/SCRAM (over plaintext, and over TLS with a test CA): the producer, the worker, ``monitor`` and ``replay`` authenticate with
 credentials from the settings (a TOML table, a string-shaped ``client_properties``, ``STREAMS_KAFKA_*``
 variables), anonymous and wrong-password clients are refused, and no password appears in any output or log."""
 
@@ -145,8 +145,15 @@ def test_anonymous_and_wrong_password_clients_are_refused_and_the_error_says_why
     assert_never_shown(secured_kafka.password, outputs)
 
 
+@pytest.fixture(params=["secured_kafka", "tls_kafka"], ids=["sasl_plaintext", "sasl_ssl"])
+def any_secured(request: pytest.FixtureRequest) -> SecuredKafka:
+    """Each secured broker in turn: SASL_PLAINTEXT (SCRAM-SHA-256), then SASL_SSL (SCRAM-SHA-512, test CA)."""
+    return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
+
+
 def test_producer_worker_monitor_and_replay_authenticate_from_settings_and_never_print_the_password(
-        secured_kafka: SecuredKafka, tmp_path: Path) -> None:
+        any_secured: SecuredKafka, tmp_path: Path) -> None:
+    secured_kafka = any_secured
     password = secured_kafka.password
     table, string = as_toml_table(secured_kafka, tmp_path / "table.toml"), as_toml_string(secured_kafka, tmp_path / "str.toml")
     outputs: list[str] = []
@@ -217,6 +224,14 @@ def test_producer_worker_monitor_and_replay_authenticate_from_settings_and_never
         assert worker.alive(), worker.tail()
     outputs.append(worker.log.read_text(errors="replace"))
     assert_never_shown(password, outputs)
+
+
+def test_a_client_that_does_not_trust_the_test_ca_is_refused_and_the_error_says_why(tls_kafka: SecuredKafka) -> None:
+    env = {k: v for k, v in as_env(tls_kafka).items() if k != "STREAMS_KAFKA_SSL_CA_LOCATION"}
+    result = streams(env, "topics", "describe", "--timeout", "3s")
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result
+    assert "refused the connection: SSL handshake failed" in result.stderr, result.stderr
+    assert_never_shown(tls_kafka.password, [result.stdout, result.stderr])
 
 
 def test_a_worker_with_a_property_faust_cannot_take_fails_at_start_naming_it(
