@@ -111,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     remember_secrets({var: value for var, value in os.environ.items()
                       if var.startswith("STREAMS_KAFKA_") and is_secret(var.replace("_", "."))})
     install_log_redaction()
+    _PROBLEMS.last = None  # a reason seen by an earlier main() in this process is not this run's
     parser, registry = build_parser()
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))

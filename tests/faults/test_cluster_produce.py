@@ -11,6 +11,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
+from confluent_kafka.admin import AdminClient
 from test_cli_monitor_replay import read_all
 
 from streams.core.config import TopicNames
@@ -41,6 +42,18 @@ def wait_for_new_leader(cluster: Any, topic: str, partition: int, old: int, time
             return int(leader)
         time.sleep(0.2)  # metadata polling interval while the controller fences the dead node
     raise AssertionError(f"{topic}[{partition}] still led by {old} (or leaderless) after {timeout_s} s")
+
+
+def wait_for_full_isr(config: dict[str, Any], topic: str, replicas: int, timeout_s: float = 90) -> None:
+    """Poll metadata until every partition of ``topic`` has ``replicas`` in-sync replicas again."""
+    admin = AdminClient(config)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        parts = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+        if all(len(p.isrs) == replicas for p in parts):
+            return
+        assert time.monotonic() < deadline, f"{topic}: ISRs {[p.isrs for p in parts]} after {timeout_s} s"
+        time.sleep(0.2)  # metadata polling interval while the restarted node catches up
 
 
 def test_project_topics_get_three_replicas_and_min_insync_two_on_three_nodes_unless_set(kafka_cluster: Any) -> None:
@@ -98,4 +111,4 @@ def test_killing_a_partition_leader_mid_produce_loses_and_duplicates_no_acknowle
     assert not lost, f"{len(lost)} acknowledged events lost, e.g. {sorted(lost)[:3]}"
     assert not duplicated, f"{len(duplicated)} events duplicated, e.g. {list(duplicated.items())[:3]}"
     assert set(ids) == set(sent)
-    assert kafka_cluster.leader_of(topic, 0) != -1 and len(kafka_cluster.members) == 3
+    wait_for_full_isr(config, topic, 3)  # the restarted node caught up: the cluster is whole again
