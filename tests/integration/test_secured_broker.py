@@ -242,3 +242,53 @@ def test_a_worker_with_a_property_faust_cannot_take_fails_at_start_naming_it(
     assert result.returncode != 0
     assert "sasl.kerberos.service.name is not supported by the worker" in result.stdout + result.stderr
     assert_never_shown(secured_kafka.password, [result.stdout, result.stderr])
+
+
+def test_the_worker_maps_each_security_setting_to_faust_credentials_or_refuses_it_naming_the_setting() -> None:
+    cases = {
+        "plaintext": {},
+        "scram": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+                  "sasl.password": "p"},
+        "plain over tls": {"security.protocol": "sasl_ssl", "sasl.mechanisms": "PLAIN", "sasl.username": "u",
+                           "sasl.password": "p", "enable.ssl.certificate.verification": "false"},
+        "tls only": {"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "none"},
+        "gssapi": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"},
+        "no password": {"security.protocol": "SASL_PLAINTEXT", "sasl.username": "u"},
+        "tls setting without tls": {"security.protocol": "SASL_PLAINTEXT", "sasl.username": "u", "sasl.password": "p",
+                                    "ssl.ca.location": "/ca.pem"},
+        "sasl setting without sasl": {"sasl.username": "u"},
+        "unknown protocol": {"security.protocol": "KERBEROS"},
+        "missing ca file": {"security.protocol": "SSL", "ssl.ca.location": "/nonexistent/ca.pem"},
+    }
+    script = (
+        "import json, sys\n"
+        "from streams.worker.app import broker_credentials\n"
+        "out = {}\n"
+        "for name, props in json.loads(sys.argv[1]).items():\n"
+        "    try:\n"
+        "        c = broker_credentials(props)\n"
+        "        out[name] = None if c is None else [type(c).__name__, c.protocol.value,"
+        " getattr(getattr(c, 'mechanism', None), 'value', None),"
+        " (getattr(c, 'ssl_context', None) or getattr(c, 'context', None)) is not None]\n"
+        "    except Exception as exc:\n"
+        "        out[name] = f'{type(exc).__name__}: {exc}'\n"
+        "print(json.dumps(out))\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
+    done = subprocess.run([sys.executable, "-c", script, orjson.dumps(cases).decode()], capture_output=True,
+                          text=True, env=clean, cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    got = orjson.loads(done.stdout.splitlines()[-1])
+    assert got["plaintext"] is None
+    assert got["scram"] == ["SASLCredentials", "SASL_PLAINTEXT", "SCRAM-SHA-512", False]
+    assert got["plain over tls"] == ["SASLCredentials", "SASL_SSL", "PLAIN", True]
+    assert got["tls only"] == ["SSLCredentials", "SSL", None, True]
+    refusals = {
+        "gssapi": "sasl.mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+        "no password": "sasl.password is required with security.protocol=SASL_PLAINTEXT",
+        "tls setting without tls": "ssl.ca.location is set but security.protocol=SASL_PLAINTEXT would ignore it",
+        "sasl setting without sasl": "sasl.username is set but security.protocol=PLAINTEXT would ignore it",
+        "unknown protocol": "security.protocol must be one of",
+        "missing ca file": "ssl.ca.location / ssl.ca.pem cannot be loaded",
+    }
+    for name, message in refusals.items():
+        assert got[name].startswith("ConfigError: ") and message in got[name], (name, got[name])
