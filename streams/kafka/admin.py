@@ -196,6 +196,12 @@ def ensure_topics(admin_config: Mapping[str, Any], specs: Iterable[TopicSpec], *
     return tuple(EnsuredTopic(s.name, s.name in created, partitions[s.name]) for s in specs)
 
 
+def broker_count(admin_config: Mapping[str, Any], *, timeout_s: float = 10.0) -> int:
+    """How many brokers the cluster's metadata lists; raises TopicAdminError if it cannot be reached."""
+    admin = _admin(admin_config)
+    return len(_metadata(admin, admin_config, timeout_s).brokers)
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     """A topic as the cluster sees it; partition and config fields are None when it does not exist.

@@ -71,7 +71,7 @@ from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
-from streams.kafka.admin import ensure_topics, project_topic_specs
+from streams.kafka.admin import broker_count, ensure_topics, project_topic_specs
 from streams.kafka.clients import new_producer
 from streams.kafka.metrics import WorkerMetrics
 from streams.kafka.monitor import Monitor
@@ -200,7 +200,7 @@ app = faust.App(
     broker_credentials=broker_credentials(kafka_settings.client_properties),
     store="memory://",
     topic_partitions=worker_settings.partitions,
-    topic_replication_factor=1,
+    topic_replication_factor=1,  # raised to min(3, brokers) at worker start (_create_topics)
     web_enabled=False,
     processing_guarantee="at_least_once",
     producer_acks=-1,
@@ -294,6 +294,14 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
         return  # faust sends this signal even for `worker --help`: do not reach for the broker
     ensure_topics(kafka_settings.client_config(),
                   project_topic_specs(topic_names, partitions=worker_settings.partitions), timeout_s=30)
+    # faust declares its changelog topics after this signal: replicate them as the project's
+    # topics are, so a broker's loss loses no state (acks=all then waits for two of three).
+    brokers = broker_count(kafka_settings.client_config(), timeout_s=30)
+    app.conf.topic_replication_factor = min(3, brokers)
+    if brokers >= 3:
+        for table in (stage1_table, stage2_table):
+            changelog = table.changelog_topic  # already built: set the config it will be declared with
+            changelog.config = {**(changelog.config or {}), "min.insync.replicas": "2"}
     if worker_settings.metrics_port:
         metrics.serve(worker_settings.metrics_port)
 

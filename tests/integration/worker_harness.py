@@ -103,6 +103,7 @@ class TopicReader:
 
     def __init__(self, bootstrap: str, topic: str, schema: str | None) -> None:
         self.topic = topic
+        self.bootstrap = bootstrap
         self.codec = AvroCodec(schema) if schema else None
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:8]}",
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest"})
