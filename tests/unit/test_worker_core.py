@@ -125,7 +125,7 @@ def test_a_restarted_worker_skips_records_it_had_folded_and_does_not_reopen_clos
         h.event(f"k{i % 5}", T0 + 60_000 + i, float(i))  # bucket 2, stays open
     h.event("old", T0 + 10, 1.0)  # bucket 1
     h.clock.now = T0 + 60_000 + 20_000
-    h.event("x", T0 + 60_000 + 20_000, 0.0, partition=0)  # each partition closes on its own time
+    h.event("x", T0 + 60_000 + 20_000, 0.0, partition=1)
     h.processor.tick()  # closes bucket 1 only
     # "Recovery": a new processor over the same store, as faust rebuilds it from the changelog.
     h.processor.persist(lambda: None)

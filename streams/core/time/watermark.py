@@ -20,12 +20,8 @@ Rules, each decided here and nowhere else:
   of wall-clock time is idle and left out of the minimum, so a partition that went
   quiet cannot stall the watermark forever. An idle partition's own event time is
   its largest, but never beyond the wall clock (an outlier still cannot run ahead of
-  real time), so a last record past a bucket's close closes it. It never takes the
-  other partitions' progress: a partition whose leader is down, or whose records a
-  lagging consumer has not fetched yet, also looks idle, and its records must not
-  turn late when they arrive. (A bucket a quiet partition holds stays open until
-  that partition delivers a record past its close, as a Kafka Streams task's stream
-  time moves only with its own records.) An *active* partition that is merely slow
+  real time), and its watermark follows the low watermark of the active ones, so its
+  last buckets close. An *active* partition that is merely slow (its event times lag)
   holds its own buckets and the low watermark back: that is correct.
 * **Everything idle.** When every partition is idle, the low watermark is the
   largest of their watermarks: the stream has gone quiet, so everything known is
@@ -200,11 +196,9 @@ class WatermarkTracker:
     def partition_watermark(self, partition: int, now_ms: int) -> int | None:
         """Return the watermark of ``partition`` at ``now_ms`` (None before one is known, or if untracked).
 
-        Its own event time (agreed; when idle, its largest up to the wall clock) minus
-        the allowed delay, never another partition's: a partition that only looks idle
-        (its leader is down, its owner fell behind) must not have its buckets closed by
-        the others' progress. Never less than a value returned before for the partition
-        while it stays assigned.
+        An active partition's watermark is its agreed event time minus the allowed
+        delay; an idle one's is also at least the low watermark. Never less than a
+        value returned before for the partition while it stays assigned.
         """
         last = self._last_seen.get(partition)
         if last is None:
@@ -213,6 +207,10 @@ class WatermarkTracker:
         idle = last <= now_ms - self.idle_timeout_ms
         own = self._own(partition, idle, now_ms)
         value = None if own is None else own - self.allowed_delay_ms
+        if idle:
+            low = self.low_watermark(now_ms)
+            if low is not None and (value is None or low > value):
+                value = low
         floor = self._own_floor.get(partition)
         if value is None or (floor is not None and floor >= value):
             return floor
