@@ -36,6 +36,9 @@ class WorkerMetrics:
         self.close_lag = Gauge("streams_bucket_close_lag_seconds",
                                "wall clock at close minus the bucket's close time, last close", registry=r)
         self.rejected = Counter("streams_rejected_sketch_summaries", "malformed sketch summaries", registry=r)
+        self.stalls = Counter("streams_stalled_partitions_reported",
+                              "events partitions the consumer fetched past without handing their records over",
+                              registry=r)
         self._split_keys: set[str] = set()
         self._serving: int | None = None
 
@@ -52,6 +55,10 @@ class WorkerMetrics:
     def sent(self, role: str) -> None:
         """Count one produced record of ``role``."""
         self.outputs.labels(role).inc()
+
+    def stall_reported(self) -> None:
+        """Count one stalled events partition reported (see ``EventProcessor.stalled``)."""
+        self.stalls.inc()
 
     def rejected_summary(self) -> None:
         """Count one rejected sketch summary."""

@@ -76,7 +76,7 @@ from streams.kafka.clients import new_producer
 from streams.kafka.metrics import WorkerMetrics
 from streams.kafka.monitor import Monitor
 from streams.worker.merge import PartialMerger
-from streams.worker.processor import EventProcessor, InMessage, Output, Stage1Store
+from streams.worker.processor import EventProcessor, FetchState, InMessage, Output, Stage1Store
 
 log = logging.getLogger("streams.app")
 
@@ -310,8 +310,15 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
 async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # noqa: ARG001
     global _directory_known
     processor.assign((tp.topic, tp.partition) for tp in assigned if tp.topic == topic_names.events)
+    processor.store.mark_stale()
     if any(tp.topic == topic_names.sketches for tp in assigned):
         _directory_known = False  # another instance may have decided meanwhile: read the topic again
+
+
+@app.on_rebalance_complete.connect
+async def _recovered(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - faust signal signature
+    """faust has restored the tables of the new assignment (before streams resume): re-read stage 1."""
+    processor.store.mark_stale()
 
 
 def _send(output: Output) -> None:
@@ -369,6 +376,73 @@ async def process_events(stream: Any) -> None:
             await _flush_and_ack()
 
 
+_fetch_state_unreadable = False
+
+
+def _fetch_states() -> dict[tuple[str, int], FetchState] | None:
+    """What the consumer last heard from the broker about each assigned events partition.
+
+    Read from aiokafka's subscription state (plain attribute reads; faust runs the
+    consumer in its own thread). None, logged once, if this faust/aiokafka does not
+    expose it: the worker then falls back to judging idleness by silence alone.
+    """
+    global _fetch_state_unreadable
+    try:
+        consumer = app.consumer._thread._consumer  # noqa: SLF001 - faust does not expose fetch state
+        if consumer is None:
+            return {}  # not started yet
+        subscription = consumer._subscription.subscription  # noqa: SLF001
+        assignment = subscription.assignment if subscription is not None else None
+        committed = app.consumer._committed_offset  # noqa: SLF001 - faust's offsets it sought to on assignment
+        out: dict[tuple[str, int], FetchState] = {}
+        if assignment is None:
+            return out  # not subscribed or assigned yet: every owned source counts as behind
+        for tp in list(assignment.tps):
+            if tp.topic != topic_names.events:
+                continue
+            state = assignment.state_value(tp)
+            if state is None:
+                continue
+            fetched_to = state.position if state.has_valid_position else None
+            start = committed.get(tp)  # where this assignment started; never past what was processed
+            if start is None:
+                start = fetched_to
+            out[(tp.topic, tp.partition)] = FetchState(state.highwater, state.timestamp, start, fetched_to)
+        return out
+    except AttributeError as exc:
+        if not _fetch_state_unreadable:
+            _fetch_state_unreadable = True
+            log.warning("cannot read the consumer's fetch state (%s): idle partitions are judged by silence alone",
+                        exc)
+        return None
+
+
+STALL_S = 10.0
+_stalled_reported: set[tuple[str, int]] = set()
+
+
+def _report_stalled(fetch: dict[tuple[str, int], FetchState]) -> None:
+    """Warn (once per episode) about events partitions faust fetched past without handing their records over.
+
+    faust can skip records it prefetched under an older consumer generation (a
+    takeover during recovery); such a partition sits still until the next rebalance
+    (see :meth:`EventProcessor.stalled`); the lag-aware idle rule keeps its buckets
+    open meanwhile. Seeking back from here was tried and did not reliably revive the
+    partition, so this only makes the stall visible (log and the
+    ``streams_stalled_partitions_reported`` counter).
+    """
+    now = int(time.time() * 1000)
+    stalled = processor.stalled(fetch, now, int(STALL_S * 1000))
+    for source, offset in stalled.items():
+        if source not in _stalled_reported:
+            _stalled_reported.add(source)
+            metrics.stall_reported()
+            log.warning("events partition %d: fetched to offset %s but nothing handed over for %.0f s "
+                        "(next to handle: %d); it stays open until faust delivers it or the group rebalances",
+                        source[1], fetch[source].fetched_to, STALL_S, offset)
+    _stalled_reported.intersection_update(stalled)
+
+
 @app.timer(interval=TICK_S)
 async def tick() -> None:
     """Close due buckets and publish this instance's sketch summary."""
@@ -376,7 +450,10 @@ async def tick() -> None:
         return
     # No await between the close and the checkpoint (persist runs before the first ack
     # yields): no record may be handled against a close that is not yet checkpointed.
-    result = processor.tick()
+    fetch = _fetch_states()
+    if fetch is not None:
+        _report_stalled(fetch)
+    result = processor.tick(fetch)
     for output in result.outputs:
         _send(output)
     await _flush_and_ack()

@@ -68,7 +68,8 @@ from streams.core.time.eventtime import PlacementKind
 from streams.core.time.roller import BucketRoller
 from streams.core.time.watermark import WatermarkTracker
 
-__all__ = ["InMessage", "Output", "TickResult", "Checkpoint", "Stage1Store", "EventProcessor", "ProcessorCounts"]
+__all__ = ["InMessage", "Output", "TickResult", "Checkpoint", "FetchState", "Stage1Store", "EventProcessor",
+           "ProcessorCounts"]
 
 _META = "meta|"
 _IDS = "ids|"
@@ -118,6 +119,22 @@ class Checkpoint(NamedTuple):
     closed: int
     offset: int
     event_times: tuple[int, ...]
+
+
+class FetchState(NamedTuple):
+    """What the consumer last learned of a source partition from the broker.
+
+    ``highwater`` is the offset the next produced record will get and ``fetched_at_ms``
+    the wall clock of the last fetch response for the partition (both None before the
+    first); ``position`` the offset the consumer started this assignment from (its
+    committed offset, else its fetch position; None before it is known);
+    ``fetched_to`` how far the consumer has fetched and handed on (its fetch position).
+    """
+
+    highwater: int | None
+    fetched_at_ms: int | None
+    position: int | None
+    fetched_to: int | None = None
 
 
 @dataclass(frozen=True)
@@ -286,7 +303,8 @@ class Stage1Store:
             new[1][source_key] = offset
         if entry_key not in self.data:
             self.data[entry_key] = None  # present now; the value is written by flush()
-            self._indexed_len = len(self.data)
+            if self._indexed_len >= 0:
+                self._indexed_len += 1
         self._dirty.add(entry_key)
         return True
 
@@ -297,6 +315,7 @@ class Stage1Store:
         since the last flush: then a committed offset never runs ahead of the state
         in the changelog. Returns how many entries were written.
         """
+        before = len(self.data)
         dirty, self._dirty = self._dirty, set()
         for entry_key in dirty:
             entry = self._live.get(entry_key)
@@ -314,7 +333,7 @@ class Stage1Store:
             stored = [slot, hashes, offsets]
             self.data[chunk_key] = stored
             self._changelog(slot, chunk_key, stored)
-        self._indexed_len = len(self.data)
+        self._own_change(before)
         return len(dirty)
 
     def slices(self) -> list[tuple[int, int]]:
@@ -336,6 +355,7 @@ class Stage1Store:
         :meth:`release_closed`: the caller must first make the partials and then a
         checkpoint durable.
         """
+        before = len(self.data)
         keys = self._index.get(index, set())
         prefix = f"{index}|{slot}|"
         taken = sorted(k for k in keys if k.startswith(prefix))
@@ -354,7 +374,7 @@ class Stage1Store:
             self.data.pop(entry_key, None)
             self._closed.append((partition, entry_key))
             out.append((entry_key.split("|", 2)[2], stats))
-        self._indexed_len = len(self.data)
+        self._own_change(before)
         return out
 
     def release_closed(self) -> int:
@@ -375,16 +395,27 @@ class Stage1Store:
         A restarted worker skips records at or below its offset: their effects,
         late-event and dead-letter records included, are already in Kafka.
         """
+        before = len(self.data)
         for (topic, p), cp in progress.items():
             value = {"closed": cp.closed, "offset": cp.offset,
                      "max_ts": cp.event_times[0] if cp.event_times else None, "times": list(cp.event_times)}
             self.data[f"{_META}{topic}|{p}"] = value
             self._changelog(p, f"{_META}{topic}|{p}", value)
-        self._indexed_len = len(self.data)
+        self._own_change(before)
+
+    def _own_change(self, before: int) -> None:
+        # Count only this store's own writes: a recovery that wrote into ``data`` meanwhile
+        # must still show as stale, not be absorbed by the next flush.
+        if self._indexed_len >= 0:
+            self._indexed_len += len(self.data) - before
+
+    def mark_stale(self) -> None:
+        """Force a :meth:`reindex` before the next use (faust finished a recovery or a rebalance)."""
+        self._indexed_len = -1
 
     @property
     def stale(self) -> bool:
-        """True when ``data`` changed behind the index's back (a recovery filled it)."""
+        """True when ``data`` changed behind the index's back (a recovery filled it), or after :meth:`mark_stale`."""
         return len(self.data) != self._indexed_len
 
 
@@ -417,14 +448,22 @@ class EventProcessor:
         self._source_ids: dict[Source, int] = {}  # the watermark tracker numbers its inputs
         self._durable: dict[Source, int] = {}  # last offset durable at the last checkpoint
         self._handled: dict[Source, int] = {}  # last offset handled since
+        self._seen: dict[Source, int] = {}  # last offset received since the source was assigned, duplicates too
+        self._received_at: dict[Source, int] = {}  # wall clock of that record, or of the assignment
 
     # -- partitions and recovery ----------------------------------------------------------
 
     def assign(self, sources: Iterable[Source]) -> None:
         """The events (topic, partition)s this worker now owns (after a rebalance)."""
         new = set(sources)
+        now = self._clock_ms()
+        for source in self._sources ^ new:
+            self._seen.pop(source, None)
+            self._received_at.pop(source, None)
+        for source in new:
+            self._received_at[source] = now  # a fresh stall timeout, as a fresh idle timeout
         self.watermarks.revoke(self._source_id(s) for s in self._sources - new)
-        self.watermarks.assign((self._source_id(s) for s in new), self._clock_ms())
+        self.watermarks.assign((self._source_id(s) for s in new), now)
         self._sources = new
 
     def _source_id(self, source: Source) -> int:
@@ -493,6 +532,8 @@ class EventProcessor:
         if self.store.stale:
             self.recover()
         source = (msg.topic, msg.partition)
+        self._seen[source] = msg.offset
+        self._received_at[source] = self._clock_ms()
         if msg.offset <= self._durable.get(source, -1):
             self._duplicates += 1  # re-read after a restart: its effects are already in Kafka
             return []
@@ -565,8 +606,65 @@ class EventProcessor:
 
     # -- per tick -----------------------------------------------------------------------------
 
-    def tick(self) -> TickResult:
+    def behind(self, fetch: Mapping[Source, FetchState], now_ms: int) -> list[Source]:
+        """The owned sources known to be behind: unread records, or no recent word from the broker.
+
+        A source is behind when its high watermark is not known yet, when no fetch
+        response came for it within the idle timeout (a dead leader, a paused or
+        recovering partition), or when the next offset to receive (after the last
+        one received since it was assigned, else after the checkpointed one, else
+        its ``position``) is below its high watermark. Such a source must not be judged idle (see
+        :meth:`~streams.core.time.watermark.WatermarkTracker.hold_active`).
+        A source missing from ``fetch`` counts as behind.
+        """
+        stale_before = now_ms - self.watermarks.idle_timeout_ms
+        out = []
+        for source in self._sources:
+            state = fetch.get(source)
+            if state is None or state.highwater is None or state.fetched_at_ms is None \
+                    or state.fetched_at_ms <= stale_before:
+                out.append(source)
+                continue
+            next_offset = self._next_offset(source, state)
+            if next_offset is None or next_offset < state.highwater:
+                out.append(source)
+        return out
+
+    def _next_offset(self, source: Source, state: FetchState) -> int | None:
+        """The next offset this worker must receive on ``source``: after the last one received
+        since it was assigned, else after the last one a checkpoint vouches for, else ``position``."""
+        seen = self._seen.get(source)
+        if seen is not None:
+            return seen + 1
+        durable = self._durable.get(source)
+        return durable + 1 if durable is not None else state.position
+
+    def stalled(self, fetch: Mapping[Source, FetchState], now_ms: int, after_ms: int) -> dict[Source, int]:
+        """Owned sources the consumer fetched past while handing nothing over for ``after_ms``: source -> next offset to handle.
+
+        faust can drop records it prefetched under an older consumer generation (a
+        rebalance during recovery); the fetch position then runs past records no one
+        handled and the partition sits still until the next rebalance. The next
+        offset is after the last one received, else after the checkpointed one, else
+        ``position``.
+        """
+        out = {}
+        for source in self._sources:
+            state = fetch.get(source)
+            if state is None or state.fetched_to is None:
+                continue
+            next_offset = self._next_offset(source, state)
+            if next_offset is None or next_offset >= state.fetched_to:
+                continue
+            if now_ms - self._received_at.get(source, now_ms) >= after_ms:
+                out[source] = next_offset
+        return out
+
+    def tick(self, fetch: Mapping[Source, FetchState] | None = None) -> TickResult:
         """Close due buckets (emit-on-close) and summarise the hot-key sketch.
+
+        ``fetch`` (what the consumer knows of each source, see :meth:`behind`) keeps
+        sources that are behind from going idle; without it, idleness is silence alone.
 
         Send the outputs and call :meth:`persist` before handling another record: a
         record classified late against a close that is not yet checkpointed would be
@@ -575,6 +673,8 @@ class EventProcessor:
         if self.store.stale:
             self.recover()
         now = self._clock_ms()
+        if fetch is not None:
+            self.watermarks.hold_active((self._source_id(s) for s in self.behind(fetch, now)), now)
         outputs: list[Output] = []
         labels = []
         sid_of_slot = self._sid_of_slot()

@@ -226,3 +226,23 @@ def test_restore_gives_a_reassigned_partition_its_checkpointed_times_and_a_parti
 def test_a_bad_agreement_is_refused_naming_it(bad: object) -> None:
     with pytest.raises(ConfigError, match="agreement"):
         WatermarkTracker(0, 1, agreement=bad)  # type: ignore[arg-type]
+
+
+def test_a_partition_held_active_keeps_holding_the_watermark_however_long_it_is_silent() -> None:
+    tracker = WatermarkTracker(allowed_delay_ms=0, idle_timeout_ms=1_000)
+    tracker.observe(0, 1_000, now_ms=0)  # 0 has unread records (or a dead leader): silent, not quiet
+    for now in range(0, 10_000, 500):
+        tracker.observe(1, 8_000 + now, now_ms=now)
+        tracker.hold_active([0], now_ms=now)
+        assert tracker.low_watermark(now_ms=now) == 1_000
+        assert tracker.partition_watermark(0, now_ms=now) == 1_000  # it never takes the others' progress
+    assert tracker.low_watermark(now_ms=10_499) == 1_000  # last held at 9 500
+    assert tracker.low_watermark(now_ms=10_500) == 17_500  # no longer held: both idle, the largest wins
+
+
+def test_hold_active_ignores_untracked_partitions_and_refuses_a_bad_clock() -> None:
+    tracker = WatermarkTracker(allowed_delay_ms=0, idle_timeout_ms=1_000)
+    tracker.hold_active([7], now_ms=5)
+    assert tracker.tracked() == ()
+    with pytest.raises(InvalidBucketError, match="now_ms"):
+        tracker.hold_active([0], now_ms="soon")  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from streams.core.ids import UUIDv7Generator
 from streams.core.serde import JsonCodec
 from streams.worker.merge import PartialMerger
 from streams.core.time.buckets import TimeBuckets
-from streams.worker.processor import EventProcessor, InMessage, Output, Stage1Store
+from streams.worker.processor import EventProcessor, FetchState, InMessage, Output, Stage1Store
 
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % 60_000)
 SETTINGS = WorkerSettings(bucket_width="1m", grace="5s", allowed_delay="1s", idle_timeout="10s", retention="10m",
@@ -188,3 +188,88 @@ def test_dedup_can_be_turned_off() -> None:
     p.handle(message(0, 0, body, "k"))
     p.handle(message(0, 1, body, "k"))
     assert p.counts().duplicates == 0 and p.ids_held() == 0
+
+
+def test_a_partition_with_unread_records_or_no_word_from_its_broker_never_takes_the_others_progress() -> None:
+    """Issue 14: a silent partition whose leader is down, or whose records are not read yet, is not quiet."""
+    clock = Clock(T0)
+    p = worker({}, clock, [0, 1])
+    ids = UUIDv7Generator()
+    outputs: list[Output] = []
+    outputs += p.handle(message(1, 0, payload("slow", T0 + 1_000, 1.0, str(ids.next())), "slow"))
+    offsets = 0
+    fetch = {("events", 0): FetchState(0, T0, 0), ("events", 1): FetchState(5, T0, 1)}  # 1: offsets 1-4 unread
+    for step in range(1, 200):  # 0 races three minutes ahead while 1's fetches fail (its leader is down)
+        clock.now = T0 + step * 1_000
+        outputs += p.handle(message(0, offsets, payload("fast", clock.now, 1.0, str(ids.next())), "fast"))
+        offsets += 1
+        fetch[("events", 0)] = FetchState(offsets, clock.now, offsets)
+        assert set(p.behind(fetch, clock.now)) == {("events", 1)}
+        outputs += p.tick(fetch).outputs
+    assert any(o.role == "partials" for o in outputs)  # partition 0 closes its own buckets
+    for offset in range(1, 5):  # the leader is back: 1's backlog arrives, old but on time
+        outputs += p.handle(message(1, offset, payload("slow", T0 + 1_000 + offset, 1.0, str(ids.next())), "slow"))
+    fetch[("events", 1)] = FetchState(5, clock.now, 5)
+    assert p.behind(fetch, clock.now) == []
+    assert [o for o in outputs if o.role in ("late_events", "dead_letters")] == []
+    clock.now += 11_000  # caught up and quiet past the idle timeout: 1 now follows 0 and closes
+    fetch = {s: f._replace(fetched_at_ms=clock.now) for s, f in fetch.items()}
+    outputs += p.tick(fetch).outputs
+    assert merged(outputs)[(TimeBuckets("1m").bucket_of(T0).label, "slow")] == 5
+
+
+def test_without_a_fresh_fetch_response_or_a_known_high_watermark_a_source_counts_as_behind() -> None:
+    clock = Clock(T0 + 60_000)
+    p = worker({}, clock, [0, 1, 2, 3])
+    fetch = {("events", 0): FetchState(None, None, None),  # never fetched
+             ("events", 1): FetchState(10, T0, 10),  # last answer a minute ago (idle_timeout 10 s)
+             ("events", 2): FetchState(10, T0 + 59_000, 7)}  # position 7 of 10, nothing handled yet
+    assert sorted(p.behind(fetch, clock.now)) == [("events", 0), ("events", 1), ("events", 2), ("events", 3)]
+    fetch[("events", 2)] = FetchState(10, T0 + 59_000, 10)
+    assert sorted(p.behind(fetch, clock.now)) == [("events", 0), ("events", 1), ("events", 3)]
+
+
+def test_entries_a_recovery_writes_between_two_flushes_are_still_found_and_emitted() -> None:
+    """faust restores a reassigned partition's changelog into the table while the processor runs:
+    the processor's own next flush must not hide those entries from its index."""
+    clock = Clock(T0)
+    data_a: dict[str, Any] = {}
+    a = worker(data_a, clock, [1])
+    ids = UUIDv7Generator()
+    for offset in range(10):
+        a.handle(message(1, offset, payload("moved", T0 + offset, 1.0, str(ids.next())), "moved"))
+    a.persist(lambda: None)
+    data_b: dict[str, Any] = {}
+    b = worker(data_b, clock, [0])
+    b.handle(message(0, 0, payload("stay", T0, 1.0, str(ids.next())), "stay"))
+    b.tick()
+    b.assign([("events", 0), ("events", 1)])
+    b.handle(message(0, 1, payload("stay", T0 + 1, 1.0, str(ids.next())), "stay"))
+    data_b.update({k: v for k, v in data_a.items() if "|1|" in k or k.endswith("|1")})  # the recovery, meanwhile
+    b.persist(lambda: None)  # b's own flush and checkpoint
+    outputs: list[Output] = []
+    clock.now = T0 + 70_000
+    for partition in (0, 1):
+        for i in range(2):
+            outputs += b.handle(message(partition, 100 + i, payload("sentinel", clock.now + i, 0.0, str(ids.next())),
+                                        "sentinel"))
+    outputs += b.tick().outputs
+    label = TimeBuckets("1m").bucket_of(T0).label
+    assert (merged(outputs).get((label, "moved")), merged(outputs).get((label, "stay"))) == (10, 2)
+
+
+def test_a_partition_fetched_past_records_no_one_handled_is_reported_stalled_with_the_offset_to_reread() -> None:
+    """faust can drop records it prefetched before a rebalance; the fetch position then runs ahead."""
+    clock = Clock(T0)
+    p = worker({}, clock, [0, 1, 2])
+    ids = UUIDv7Generator()
+    for offset in range(5):
+        p.handle(message(0, offset, payload("k", T0 + offset, 1.0, str(ids.next())), "k"))
+    fetch = {("events", 0): FetchState(9, T0, 0, 9),  # handed over 0-4, fetched to 9
+             ("events", 1): FetchState(7, T0, 3, 7),  # nothing handed over since it started at 3
+             ("events", 2): FetchState(4, T0, 4, 4)}  # caught up
+    assert p.stalled(fetch, clock.now + 9_999, 10_000) == {}  # records may still be on their way
+    clock.now += 10_000
+    assert p.stalled(fetch, clock.now, 10_000) == {("events", 0): 5, ("events", 1): 3}
+    p.handle(message(0, 5, payload("k", T0 + 5, 1.0, str(ids.next())), "k"))  # delivery resumed
+    assert p.stalled(fetch, clock.now, 10_000) == {("events", 1): 3}

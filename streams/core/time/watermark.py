@@ -23,6 +23,11 @@ Rules, each decided here and nowhere else:
   real time), and its watermark follows the low watermark of the active ones, so its
   last buckets close. An *active* partition that is merely slow (its event times lag)
   holds its own buckets and the low watermark back: that is correct.
+* **Unread is not quiet.** Silence alone does not make a partition idle: one the
+  worker knows has unread records (its high watermark is past what was handled) or
+  whose broker has not answered a fetch lately (a dead leader, a paused or
+  recovering partition) is *held active* (:meth:`hold_active`). Otherwise it would
+  take the others' progress, close its buckets, and turn its own backlog late.
 * **Everything idle.** When every partition is idle, the low watermark is the
   largest of their watermarks: the stream has gone quiet, so everything known is
   final and the buckets it fills may close.
@@ -137,6 +142,20 @@ class WatermarkTracker:
         last = self._last_seen.get(partition)
         if last is None or now_ms > last:
             self._last_seen[partition] = now_ms
+
+    def hold_active(self, partitions: Iterable[int], now_ms: int) -> None:
+        """Keep ``partitions`` from going idle at wall clock ``now_ms``: each is known to be behind.
+
+        Call it for partitions with unread records or no recent fetch response; they
+        keep holding their own buckets and the low watermark (a partition with no
+        event time yet holds it where it is). Untracked partitions are ignored.
+        Raises InvalidBucketError naming the field on a bad ``now_ms``.
+        """
+        now_ms = check_ms(now_ms, "now_ms")
+        for partition in [check_partition(p) for p in partitions]:
+            last = self._last_seen.get(partition)
+            if last is not None and now_ms > last:
+                self._last_seen[partition] = now_ms
 
     def restore(self, partition: int, event_times: Iterable[int], now_ms: int) -> None:
         """Give ``partition`` the largest event times a checkpoint recorded (:meth:`top_event_ts`).
