@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 class HotKeyFollower:
     """Applies placement notices from ``topic`` to ``router.directory`` in a daemon thread.
 
-    ``applied`` and ``rejected`` count notices.
+    ``applied`` and ``rejected`` count notices; ``rejections`` counts the rejected
+    ones by a short, fixed reason (what the producer's Prometheus metrics export).
     """
 
     def __init__(self, router: Router, client_config: Mapping[str, Any], topic: str,
@@ -46,6 +47,7 @@ class HotKeyFollower:
         self.poll_timeout_s = poll_timeout_s
         self.applied = 0
         self.rejected = 0
+        self.rejections: dict[str, int] = {}
         self._config = {
             **client_config,
             "group.id": f"streams-hotkeys-{uuid.uuid4().hex[:12]}",
@@ -135,9 +137,11 @@ class HotKeyFollower:
 
     def _handle(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
         directory = self.router.directory
+        reason = "invalid notice"
         try:
             if value is None:  # tombstone: the decider sent this key home
                 if not key:
+                    reason = "tombstone without key"
                     raise HotKeyNoticeError("tombstone without a key")
                 directory.remove(key)
                 self.applied += 1
@@ -145,10 +149,16 @@ class HotKeyFollower:
             try:
                 notice = decode_notice(value, notice_schema(headers), home=self._home,
                                        partitions=self.router.current.partitions)
-            except (SerializationError, HotKeyNoticeError):
+            except SerializationError:
+                reason = "undecodable"
+                directory.count_rejection()
+                raise
+            except HotKeyNoticeError:
+                reason = "invalid notice"
                 directory.count_rejection()
                 raise
             if key is not None and notice.key != key:
+                reason = "key mismatch"
                 directory.count_rejection()
                 raise HotKeyNoticeError("notice key does not match the record key")
             self.router.apply_notice(notice)
@@ -156,4 +166,5 @@ class HotKeyFollower:
             log.debug("placed %r on %s", notice.key_display, list(notice.placement))
         except (SerializationError, HotKeyNoticeError) as exc:
             self.rejected += 1
+            self.rejections[reason] = self.rejections.get(reason, 0) + 1
             log.warning("rejected hot-key notice on %s: %s", self.topic, exc)

@@ -105,6 +105,8 @@ class ProducerMetrics:
         self.failed = Gauge("streams_producer_failed", "records whose delivery failed", registry=r)
         self.split_keys = Gauge("streams_producer_directory_keys", "keys the producer's directory places now",
                                 registry=r)
+        self.rejected_notices = Gauge("streams_producer_rejected_notices",
+                                      "hot-key notices the producer refused, by reason", ["reason"], registry=r)
 
     def serve(self, port: int) -> None:
         """Expose ``/metrics`` on ``port`` from a daemon thread."""
@@ -117,3 +119,6 @@ class ProducerMetrics:
         self.delivered.set(stats.delivered)
         self.failed.set(stats.failed)
         self.split_keys.set(len(producer.router.directory))
+        follower = getattr(producer, "follower", None)
+        for reason, count in (follower.rejections.items() if follower is not None else ()):
+            self.rejected_notices.labels(reason).set(count)
