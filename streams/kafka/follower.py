@@ -149,12 +149,9 @@ class HotKeyFollower:
             try:
                 notice = decode_notice(value, notice_schema(headers), home=self._home,
                                        partitions=self.router.current.partitions)
-            except SerializationError:
-                reason = "undecodable"
-                directory.count_rejection()
-                raise
-            except HotKeyNoticeError:
-                reason = "invalid notice"
+            except (SerializationError, HotKeyNoticeError) as exc:
+                if isinstance(exc, SerializationError):
+                    reason = "undecodable"
                 directory.count_rejection()
                 raise
             if key is not None and notice.key != key:

@@ -119,6 +119,6 @@ class ProducerMetrics:
         self.delivered.set(stats.delivered)
         self.failed.set(stats.failed)
         self.split_keys.set(len(producer.router.directory))
-        follower = getattr(producer, "follower", None)
-        for reason, count in (follower.rejections.items() if follower is not None else ()):
-            self.rejected_notices.labels(reason).set(count)
+        if producer.follower is not None:
+            for reason, count in producer.follower.rejections.items():
+                self.rejected_notices.labels(reason).set(count)

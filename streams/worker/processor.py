@@ -532,13 +532,13 @@ class EventProcessor:
         if self.store.stale:
             self.recover()
         source = (msg.topic, msg.partition)
+        now = self._clock_ms()
         self._seen[source] = msg.offset
-        self._received_at[source] = self._clock_ms()
+        self._received_at[source] = now
         if msg.offset <= self._durable.get(source, -1):
             self._duplicates += 1  # re-read after a restart: its effects are already in Kafka
             return []
         self._handled[source] = msg.offset
-        now = self._clock_ms()
         self.sketch.add_partition(msg.partition, now / 1000)  # every record is load, whatever becomes of it
         codec = self._codecs.get(msg.headers.get("content-type", b""), self._default_codec)
         try:
