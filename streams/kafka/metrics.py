@@ -48,9 +48,9 @@ class WorkerMetrics:
             start_http_server(port, registry=self.registry)
             self._serving = port
 
-    def event_in(self) -> None:
-        """Count one consumed record."""
-        self.events.inc()
+    def event_in(self, n: int = 1) -> None:
+        """Count ``n`` consumed records (the worker counts per flush, not per record)."""
+        self.events.inc(n)
 
     def sent(self, role: str) -> None:
         """Count one produced record of ``role``."""

@@ -75,34 +75,14 @@ from streams.kafka.admin import broker_count, ensure_topics, project_topic_specs
 from streams.kafka.clients import new_producer
 from streams.kafka.metrics import WorkerMetrics
 from streams.kafka.monitor import Monitor
+from streams.worker import faust_patches
 from streams.worker.merge import PartialMerger
 from streams.worker.processor import EventProcessor, FetchState, InMessage, Output, Stage1Store
 
 log = logging.getLogger("streams.app")
 
 
-def _cap_fetch_wait(max_wait_ms: int = 100) -> None:
-    """faust-streaming hard-codes aiokafka's ``fetch_max_wait_ms=1500``; cap it.
-
-    With 1.5 s a partition that had no data when a fetch went out can wait that long
-    for its next records, which showed up as 0.5-2 s of consumer lag at a few hundred
-    events/s, and hot-key detection inherits every millisecond of it.
-    """
-    import aiokafka
-
-    original = aiokafka.AIOKafkaConsumer
-
-    class _Consumer(original):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["fetch_max_wait_ms"] = min(kwargs.get("fetch_max_wait_ms", max_wait_ms), max_wait_ms)
-            super().__init__(*args, **kwargs)
-
-    # faust's driver builds its consumer as ``aiokafka.AIOKafkaConsumer(...)``; this worker
-    # process owns the module, so replacing the class there is the narrowest hook.
-    aiokafka.AIOKafkaConsumer = _Consumer  # type: ignore[misc]
-
-
-_cap_fetch_wait()
+faust_patches.install()  # before faust builds its consumer: see streams.worker.faust_patches
 
 #: security.protocol values the worker passes to faust, and the sasl.mechanism values it supports.
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -355,6 +335,8 @@ async def _flush_and_ack() -> None:
             continue
         batch = pending[:]
         del pending[:]
+        if pending is _unacked:
+            metrics.event_in(len(batch))
         for event in batch:
             await stream.ack(event)
 
@@ -364,15 +346,14 @@ async def process_events(stream: Any) -> None:
     """Stage 1: every events record is folded, routed late, or dead-lettered."""
     global _events_stream
     _events_stream = manual = stream.noack()
+    handle, unacked, no_headers = processor.handle, _unacked, {}
     async for event in manual.events():
         msg = event.message
-        headers = {k: v for k, v in (msg.headers or ())} if msg.headers else {}
-        outputs = processor.handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value, headers))
-        metrics.event_in()
-        for output in outputs:
+        for output in handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                                       dict(msg.headers) if msg.headers else no_headers)):
             _send(output)
-        _unacked.append(event)
-        if len(_unacked) >= FLUSH_EVERY:
+        unacked.append(event)
+        if len(unacked) >= FLUSH_EVERY:
             await _flush_and_ack()
 
 

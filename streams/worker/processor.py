@@ -51,7 +51,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
-from uuid import UUID
 
 from xxhash import xxh3_64_intdigest
 
@@ -59,7 +58,7 @@ from streams.core.aggregate import Stats
 from streams.core.config import WorkerSettings
 from streams.core.errors import InvalidIdError, SerializationError
 from streams.core.hotkeys.sketch import SketchSummary, SlidingSketch
-from streams.core.ids import parse_id
+from streams.core.ids import IdKind, classify_id
 from streams.core.partials import partial_record
 from streams.core.routing.hashing import MAX_KEY_BYTES
 from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec
@@ -78,9 +77,8 @@ _MAX_KEY_CHARS = MAX_KEY_BYTES // 4  # a str this short is within MAX_KEY_BYTES 
 Source = tuple[str, int]  # (topic, partition) a record was read from
 
 
-@dataclass(frozen=True)
-class InMessage:
-    """One consumed record, as the worker sees it."""
+class InMessage(NamedTuple):
+    """One consumed record, as the worker sees it (a NamedTuple: one is built per record)."""
 
     topic: str
     partition: int
@@ -548,7 +546,7 @@ class EventProcessor:
         except SerializationError as exc:
             return [self._dead_letter(msg, str(exc), exc.field, now)]
         try:
-            parsed = parse_id(event["id"])
+            id_kind, id_number = classify_id(event["id"])
         except InvalidIdError as exc:
             return [self._dead_letter(msg, f"malformed id: {exc}", "id", now, event["ts_ms"])]
         key = event["key"]
@@ -571,7 +569,7 @@ class EventProcessor:
             bucket = placement.bucket
             assert bucket is not None
             self.sketch.add(key, now / 1000)
-            event_id = _id_hash(parsed.value) if self._dedup else None
+            event_id = _id_hash(id_kind, id_number) if self._dedup else None
             if not self.store.fold(source, msg.offset, bucket.index, key, value, event_id):
                 self._duplicates += 1
             return []
@@ -726,11 +724,11 @@ class EventProcessor:
         return self.store.ids_held()
 
 
-def _id_hash(canonical: UUID | int) -> int:
+def _id_hash(kind: IdKind, number: int) -> int:
     """A 64-bit hash of an event ID's canonical value (UUIDs and Snowflakes never collide by kind)."""
-    if isinstance(canonical, UUID):
-        return xxh3_64_intdigest(canonical.bytes)
-    return xxh3_64_intdigest(canonical.to_bytes(8, "big"), seed=1)
+    if kind is IdKind.UUID7:
+        return xxh3_64_intdigest(number.to_bytes(16, "big"))
+    return xxh3_64_intdigest(number.to_bytes(8, "big"), seed=1)
 
 
 def _salt(raw: bytes | None) -> int | None:

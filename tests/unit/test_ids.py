@@ -26,6 +26,7 @@ from streams.core.ids import (
     Snowflake,
     SnowflakeLayout,
     UUIDv7Generator,
+    classify_id,
     id_bytes,
     id_time_ms,
     parse_id,
@@ -566,3 +567,23 @@ def test_id_kinds_compare_equal_to_their_plain_strings() -> None:
     assert parse_id(uuid7()).kind == "uuid7"
     assert parse_id(1).kind == "snowflake"
     assert IdKind("snowflake") is IdKind.SNOWFLAKE
+
+
+# classify_id is parse_id's per-record form: it must accept and reject exactly the same inputs.
+@settings(max_examples=400)
+@given(st.one_of(
+    st.uuids().map(str), st.uuids().map(lambda u: str(u).upper()), st.uuids(),
+    st.builds(lambda n: str(uuid.UUID(int=(n & ~(0xF << 76) & ~(0b11 << 62)) | (7 << 76) | (0b10 << 62))),
+              st.integers(0, (1 << 128) - 1)),
+    st.integers(-5, (1 << 64) + 5), st.text(max_size=40), st.binary(max_size=17),
+    st.text("0123456789abcdef-", min_size=36, max_size=36)))
+def test_classify_id_agrees_with_parse_id_on_every_input(value: object) -> None:
+    try:
+        parsed = parse_id(value)
+    except InvalidIdError:
+        with pytest.raises(InvalidIdError):
+            classify_id(value)
+        return
+    kind, number = classify_id(value)
+    assert kind is parsed.kind
+    assert number == (parsed.value.int if isinstance(parsed.value, uuid.UUID) else parsed.value)

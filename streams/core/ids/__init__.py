@@ -18,7 +18,7 @@ from streams.core.errors import (
     InvalidIdError,
 )
 from streams.core.ids.clock import Clock, Sleep, system_clock_ms
-from streams.core.ids.parse import IdKind, ParsedId, id_bytes, id_time_ms, parse_id
+from streams.core.ids.parse import IdKind, ParsedId, classify_id, id_bytes, id_time_ms, parse_id
 from streams.core.ids.snowflake import (
     DEFAULT_SNOWFLAKE_LAYOUT,
     DISCORD_EPOCH_MS,
@@ -45,6 +45,7 @@ __all__ = [
     "DISCORD_EPOCH_MS",
     "SONYFLAKE_EPOCH_MS",
     "parse_id",
+    "classify_id",
     "ParsedId",
     "IdKind",
     "id_time_ms",
