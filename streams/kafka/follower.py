@@ -83,7 +83,11 @@ class HotKeyFollower:
 
     @property
     def error(self) -> str | None:
-        """The last error the thread met talking to Kafka (credentials redacted), if any."""
+        """The error the thread is stuck on talking to Kafka (credentials redacted), or None.
+
+        Cleared once the thread recovers (the topic is assigned, a record arrives), so a
+        start-up error, such as the topic not existing yet, does not outlive its cause.
+        """
         return self._error
 
     def _run(self) -> None:
@@ -101,6 +105,7 @@ class HotKeyFollower:
                     if msg.error() is not None:
                         self._error = str(msg.error())
                         continue
+                    self._error = None
                     self._handle(msg.key(), msg.value(), msg.headers())
                     with self._changed:
                         self._changed.notify_all()
@@ -126,7 +131,9 @@ class HotKeyFollower:
                         low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)
                         if high > low:
                             ends[p] = high
+                    self._error = None
                     return ends
+                self._error = f"hot-keys topic {self.topic!r} is not available: {info.error if info else 'no metadata'}"
             except KafkaException as exc:
                 self._error = str(exc)
             self._stop.wait(0.5)  # the topic does not exist yet: look again shortly

@@ -518,7 +518,7 @@ async def merge_partials(stream: Any) -> None:
             merged = merger.apply(msg.partition, partial)
         except SerializationError as exc:
             _send(Output("dead_letters", msg.key or b"", {
-                "reason": f"bad partial: {exc}"[:1000], "field": None, "source_topic": msg.topic,
+                "reason": f"bad partial: {exc}"[:1000], "field": exc.field, "source_topic": msg.topic,
                 "source_partition": msg.partition, "source_offset": msg.offset,
                 "failed_at_ms": int(time.time() * 1000), "original_key": msg.key, "original": msg.value}))
         else:

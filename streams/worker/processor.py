@@ -61,7 +61,7 @@ from streams.core.hotkeys.sketch import SketchSummary, SlidingSketch
 from streams.core.ids import IdKind, classify_id
 from streams.core.partials import partial_record
 from streams.core.routing.hashing import MAX_KEY_BYTES
-from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec
+from streams.core.serde import CONTENT_TYPE, PAYLOAD, AvroCodec, JsonCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.core.time.eventtime import PlacementKind
 from streams.core.time.roller import BucketRoller
@@ -541,7 +541,7 @@ class EventProcessor:
         codec = self._codecs.get(msg.headers.get("content-type", b""), self._default_codec)
         try:
             if msg.value is None:
-                raise SerializationError("event: null value (tombstone) on the events topic")
+                raise SerializationError("event: null value (tombstone) on the events topic", field=PAYLOAD)
             event = codec.decode(msg.value)
         except SerializationError as exc:
             return [self._dead_letter(msg, str(exc), exc.field, now)]

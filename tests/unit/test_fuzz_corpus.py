@@ -164,7 +164,8 @@ def test_a_hostile_corpus_conserves_every_record_and_leaves_the_good_events_exac
     assert passed["flip"] < kinds["flip"] // 4
     assert counts.dead_lettered >= kinds.total() - kinds["good"] - kinds["copy"] - harmless - kinds["flip"]
     fields = Counter(o.record["field"] for o in dead)
-    assert {"id", "key", "value", "ts_ms", "streams-salt"} <= set(fields), fields
+    assert {"id", "key", "value", "ts_ms", "streams-salt", "payload"} <= set(fields), fields
+    assert None not in fields, "every dead letter names the field (or 'payload') that made it one"
 
     merger = PartialMerger({}, lambda *a: None, BUCKETS, 10**12)
     got: dict[tuple[str, str], dict[str, Any]] = {}
