@@ -23,7 +23,10 @@ Quix's commit_interval).
 
 The streams and Quix rows are checked: their results for every (bucket, key) are
 compared with the sums and counts of what was produced ("exact"). Two closing
-events per partition past the last bucket let every bucket close. The bucket-close
+events per partition past the last bucket let every bucket close. A row whose
+worker exits or whose offsets stop moving for a minute (a faust recovery that never
+ends, seen on the two-process row) is printed with the reason and its logs, and the
+other rows still run. The bucket-close
 lag is measured on live data in bench_latency.py, memory over time in bench_memory.py.
 """
 
@@ -67,6 +70,8 @@ STREAMS_OUTPUTS = ("hot_keys", "sketches", "partials", "aggregates", "bucket_clo
 Slots = dict[tuple[int, str], tuple[int, float]]
 #: one slot's result as read from a worker's output: ((bucket start ms, key), (count, sum))
 Result = tuple[tuple[int, str], tuple[int, float]]
+#: a worker's output record (key, value) -> its Result, or None for a record that is not one
+Decoder = Callable[[bytes | None, bytes], Result | None]
 
 
 class Rate(NamedTuple):
@@ -197,17 +202,22 @@ def running(command: list[str], envs: list[Mapping[str, str]], logs: Path,
                 stop(proc)
 
 
+class NotTimed(Exception):
+    """A row that could not be timed: a worker exited, stalled, or finished inside its first commit."""
+
+
 def measure(bootstrap: str, group: str, topic: str, records: int, procs: list[subprocess.Popen[bytes]],
-            what: str, timeout_s: float = 600) -> Rate:
+            stall_s: float = 60) -> Rate:
     """Poll ``group``'s committed offsets until they cover ``records``; the rate from the start point on.
 
     The start point is the first poll that sees a commit and, with more than one
-    process, the group stable with all of them. Raises SystemExit if a process
-    exits or the time runs out.
+    process, the group stable with all of them. Raises NotTimed if a process exits,
+    the offsets do not move for ``stall_s`` (a faust recovery that never ends looks
+    like this), or the first commit already covers everything.
     """
     admin = new_admin({"bootstrap.servers": bootstrap}) if len(procs) > 1 else None
-    began = time.monotonic()
     start: tuple[float, int] | None = None
+    last = (time.monotonic(), 0)  # (when, committed) of the last progress
     while True:
         done = committed_total(bootstrap, group, topic)
         now = time.monotonic()
@@ -215,20 +225,61 @@ def measure(bootstrap: str, group: str, topic: str, records: int, procs: list[su
             start = (now, done)
         if done >= records:
             break
-        if any(proc.poll() is not None for proc in procs) or now - began > timeout_s:
-            raise SystemExit(f"{what} did not finish (committed {done:,} of {records:,})")
+        if done > last[1]:
+            last = (now, done)
+        if any(proc.poll() is not None for proc in procs):
+            raise NotTimed(f"a process exited at {done:,} of {records:,} committed")
+        if now - last[0] > stall_s:
+            raise NotTimed(f"stalled at {done:,} of {records:,} committed (no progress for {stall_s:g} s)")
         time.sleep(0.2)  # polling committed offsets: the measurement's clock, not a synchronisation
     assert start is not None
     if start[1] >= records:
         held = f", once the group held all {len(procs)} processes," if len(procs) > 1 else ""
-        raise SystemExit(f"{what}: the first commit{held} covered all {records:,} records: too few to time")
+        raise NotTimed(f"the first commit{held} covered all {records:,} records: too few to time")
     return Rate(records - start[1], now - start[0])
+
+
+class Row(NamedTuple):
+    """One line of the table: a rate, or None with the reason in ``note``; else ``note`` is the exactness."""
+
+    label: str  # short, for the lines under the table
+    name: str
+    processes: int
+    rate: Rate | None
+    note: str
+
+
+class Run(NamedTuple):
+    """What every row of one run shares: the broker, the events topic, its records and oracle, the log folder."""
+
+    bootstrap: str
+    topic: str
+    records: int
+    oracle: Slots
+    logs: Path
+
+
+def timed_row(run: Run, label: str, name: str, command: list[str], envs: list[Mapping[str, str]], group: str,
+              output: str | None = None, decode: Decoder | None = None) -> Row:
+    """Run ``command`` once per environment in ``envs`` (consumer group ``group``) and time it.
+
+    With ``output``, the results there (read with ``decode``) are then checked against the oracle.
+    """
+    with running(command, envs, run.logs, group) as procs:
+        try:
+            rate = measure(run.bootstrap, group, run.topic, run.records, procs)
+        except NotTimed as exc:
+            return Row(label, name, len(envs), None, f"not timed: {exc}; see {run.logs}/{group}-*.log")
+        note = "—"
+        if output is not None and decode is not None:
+            note = str(read_results(run.bootstrap, output, decode, run.oracle, procs))
+        return Row(label, name, len(envs), rate, note)
 
 
 # -- checking results -------------------------------------------------------------------
 
 
-def read_results(bootstrap: str, topic: str, decode: Callable[[bytes | None, bytes], Result | None], oracle: Slots,
+def read_results(bootstrap: str, topic: str, decode: Decoder, oracle: Slots,
                  procs: list[subprocess.Popen[bytes]], timeout_s: float = 90) -> Exactness:
     """Read ``topic`` from the beginning until its latest result per slot equals ``oracle`` or time runs out.
 
@@ -288,46 +339,42 @@ def main() -> int:
         records, oracle = produce_events(bootstrap, topic, n)
         logs = Path(os.environ.get("TMPDIR", "/tmp"))
 
+        run = Run(bootstrap, topic, records, oracle, logs)
         group = f"bench-{tag}-baseline"
-        env = {"STREAMS_BOOTSTRAP_SERVERS": bootstrap, "STREAMS_APP_ID": group, "STREAMS_EVENTS": topic,
-               "STREAMS_PARTITIONS": str(PARTITIONS)}
-        with running(faust_worker("baseline_app"), [env], logs, group) as procs:
-            base = measure(bootstrap, group, topic, records, procs, "the faust agent")
-
+        base = timed_row(run, "faust agent", "bare faust agent: decode + count", faust_worker("baseline_app"),
+                         [{"STREAMS_BOOTSTRAP_SERVERS": bootstrap, "STREAMS_APP_ID": group, "STREAMS_EVENTS": topic}],
+                         group)
         group = f"bench-{tag}-streams1"
-        with running(faust_worker("streams.app"), [streams_env(bootstrap, topic, group)], logs, group) as procs:
-            ours = measure(bootstrap, group, topic, records, procs, "the streams worker")
-            ours_exact = read_results(bootstrap, f"{group}.aggregates", streams_aggregate, oracle, procs)
-
+        ours = timed_row(run, "streams", "streams worker: validate, sketch, watermark, roller, stage-1 + stage-2 state",
+                         faust_worker("streams.app"), [streams_env(bootstrap, topic, group)], group,
+                         f"{group}.aggregates", streams_aggregate)
         group = f"bench-{tag}-quix"
-        env = {"STREAMS_BOOTSTRAP_SERVERS": bootstrap, "STREAMS_EVENTS": topic, "QUIX_GROUP": group,
-               "QUIX_OUTPUT": f"{group}.windows", "QUIX_STATE_DIR": "state"}
-        with running([sys.executable, str(APPS / "quix_app.py")], [env], logs, group) as procs:
-            quix = measure(bootstrap, group, topic, records, procs, "the Quix Streams app")
-            quix_exact = read_results(bootstrap, f"{group}.windows", quix_window, oracle, procs)
-
+        quix = timed_row(run, "Quix", "Quix Streams: tumbling 1 min window, sum + count, RocksDB + changelog",
+                         [sys.executable, str(APPS / "quix_app.py")],
+                         [{"STREAMS_BOOTSTRAP_SERVERS": bootstrap, "STREAMS_EVENTS": topic, "QUIX_GROUP": group,
+                           "QUIX_OUTPUT": f"{group}.windows", "QUIX_STATE_DIR": "state"}], group,
+                         f"{group}.windows", quix_window)
         group = f"bench-{tag}-streams2"
-        envs = [{**streams_env(bootstrap, topic, group), "STREAMS_INSTANCE": f"{group}-{i}"} for i in range(2)]
-        with running(faust_worker("streams.app"), envs, logs, group) as procs:
-            two = measure(bootstrap, group, topic, records, procs, "two streams workers")
-            two_exact = read_results(bootstrap, f"{group}.aggregates", streams_aggregate, oracle, procs)
+        two = timed_row(run, "streams ×2", "streams worker ×2, one consumer group (from when both hold partitions)",
+                        faust_worker("streams.app"),
+                        [{**streams_env(bootstrap, topic, group), "STREAMS_INSTANCE": f"{group}-{i}"}
+                         for i in range(2)], group, f"{group}.aggregates", streams_aggregate)
 
+    rows = (base, ours, two, quix)
     print(f"`python bench/bench_worker.py{' --quick' if args.quick else ''}` — {n:,} events ({KEYS} keys, "
           f"{BUCKETS} one-minute buckets), {PARTITIONS} partitions, local broker, {os.cpu_count()} CPUs; "
           f"commits every second\n")
     print("| worker | processes | events/s | vs faust agent | vs streams worker | exact |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
-    rows = [("bare faust agent: decode + count", 1, base, "—"),
-            ("streams worker: validate, sketch, watermark, roller, stage-1 + stage-2 state", 1, ours, ours_exact),
-            ("streams worker, one consumer group (rate once both hold partitions)", 2, two, two_exact),
-            ("Quix Streams: tumbling 1 min window, sum + count, RocksDB + changelog", 1, quix, quix_exact)]
-    for name, processes, rate, exact in rows:
-        print(f"| {name} | {processes} | {rate.per_s:,.0f} | {rate.per_s / base.per_s:.2f} | "
-              f"{rate.per_s / ours.per_s:.2f} | {exact} |")
-    print(f"\nmeasured over: faust agent {base.events:,} events in {base.seconds:.1f} s; streams worker "
-          f"{ours.events:,} in {ours.seconds:.1f} s; two processes {two.events:,} in {two.seconds:.1f} s; "
-          f"Quix {quix.events:,} in {quix.seconds:.1f} s")
-    print(f"exact: streams worker {ours_exact}; two processes {two_exact}; Quix Streams {quix_exact}")
+    for row in rows:
+        cells = ["—", "—", "—"]
+        if row.rate is not None:
+            cells = [f"{row.rate.per_s:,.0f}"] + [f"{row.rate.per_s / to.rate.per_s:.2f}" if to.rate else "—"
+                                                  for to in (base, ours)]
+        print(f"| {row.name} | {row.processes} | {' | '.join(cells)} | {row.note} |")
+    print("\nmeasured over: " + "; ".join(f"{row.label} {row.rate.events:,} events in {row.rate.seconds:.1f} s"
+                                          for row in rows if row.rate))
+    print("exact: " + "; ".join(f"{row.label} {row.note}" for row in (ours, two, quix)))
     return 0
 
 
