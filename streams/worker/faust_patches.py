@@ -5,28 +5,30 @@ keep faust's semantics; each says why it is needed. They are installed by
 :func:`install` at import of :mod:`streams.worker.app`, before faust builds a consumer.
 
 * :func:`cap_fetch_wait`: faust hard-codes aiokafka's ``fetch_max_wait_ms=1500``.
-* :func:`batch_delivery`: faust's ``Consumer._drain_messages`` hands each record over
+* :func:`direct_delivery`: faust's ``Consumer._drain_messages`` hands each record over
   inside ``Service.wait_first(callback(message), suspend_flow.wait())``, which creates
   four asyncio tasks and an ``asyncio.wait`` per record; profiled (py-spy) on the
   worker benchmark that was the largest single item of faust's per-record cost. The
-  replacement makes that race once per fetched batch instead.
+  replacement awaits the callback directly while no rebalance is under way.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-__all__ = ["install", "cap_fetch_wait", "batch_delivery"]
+__all__ = ["install", "cap_fetch_wait", "direct_delivery"]
 
 _installed = False
 
 
 def install() -> None:
-    """Install both patches once per process (idempotent)."""
+    """Install both patches once per process (idempotent); ``STREAMS_FAUST_DIRECT=0`` keeps faust's per-record delivery."""
     global _installed
     if not _installed:
         cap_fetch_wait()
-        batch_delivery()
+        if os.environ.get("STREAMS_FAUST_DIRECT", "1") != "0":
+            direct_delivery()
         _installed = True
 
 
@@ -51,19 +53,20 @@ def cap_fetch_wait(max_wait_ms: int = 100) -> None:
     aiokafka.AIOKafkaConsumer = _Consumer  # type: ignore[misc]
 
 
-def batch_delivery(yield_every: int = 100) -> None:
-    """Replace faust's per-record ``wait_first`` in ``Consumer._drain_messages`` by one per batch.
+def direct_delivery(yield_every: int = 100) -> None:
+    """Await faust's per-record delivery directly in ``Consumer._drain_messages`` while no rebalance is under way.
 
     What stays as in faust 0.15: records come from ``Consumer.getmany`` (which drops
     records of a superseded consumer generation and of inactive partitions), the
-    read-offset gap bookkeeping, ``broker_commit_every``, the callback per record (the
-    conductor, which tracks the record and puts it on its streams' channels), and the
-    race against ``suspend_flow``: when a rebalance suspends the flow, the batch's
-    delivery task is cancelled at its current record, as faust cancels that record's
-    callback. What changes: the batch is read from ``getmany`` before delivery, and
-    delivery stops (leaving the rest unread, not marked read) as soon as the flow is
-    suspended or the consumer generation changes, where faust's loop would go on
-    racing each remaining record against an already-set event.
+    read-offset gap bookkeeping, ``broker_commit_every``, and the callback per record
+    (the conductor, which tracks the record and puts it on its streams' channels).
+    While a rebalance has the flow suspended, each record is raced against
+    ``suspend_flow`` exactly as faust does. What changes: outside a rebalance the
+    callback is awaited directly, without four tasks and an ``asyncio.wait`` around it.
+    Records are read from ``getmany`` lazily, one at a time, as faust does: an
+    earlier version read a whole batch before delivering it, so records fetched under
+    an old generation reached the streams after the rebalance's seek, moved the read
+    offset past the re-fetched ones, and the two-worker kill test stalled every time.
     """
     from faust.transport import consumer as faust_consumer
 
@@ -82,35 +85,35 @@ def batch_delivery(yield_every: int = 100) -> None:
         acks_enabled_for = self.app.topics.acks_enabled_for
         sleep = faust_consumer.asyncio.sleep
 
-        async def deliver(batch: list[tuple[Any, Any]], generation: Any) -> None:
-            since_yield = 0
-            for tp, message in batch:
-                if suspended() or self.app.consumer_generation_id != generation:
-                    return  # the rest is re-fetched after the rebalance's seek
-                since_yield += 1
-                if since_yield > yield_every:
-                    await sleep(0)
-                    since_yield = 0
-                offset = message.offset
-                r_offset = get_read_offset(tp)
-                if r_offset is None or offset >= r_offset:
-                    gap = offset - (r_offset or 0)
-                    if gap > 1 and r_offset and acks_enabled_for(message.topic):
-                        await self._add_gap(tp, r_offset + 1, offset)  # noqa: SLF001
-                    if commit_every is not None and self._n_acked >= commit_every:  # noqa: SLF001
-                        self._n_acked = 0  # noqa: SLF001
-                        await self.commit()
-                    await callback(message)
-                    set_read_offset(tp, offset)
-
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 set_flag(fetching)
-                generation = self.app.consumer_generation_id
-                batch = [item async for item in getmany(timeout=1.0)]
+                ait = getmany(timeout=1.0)
                 await self.sleep(0)  # as faust: getmany may not have released the loop
-                if batch and not self.should_stop:
-                    await self.wait_first(deliver(batch, generation), self.suspend_flow.wait())
+                if not self.should_stop:
+                    since_yield = 0
+                    # Read lazily, as faust does: getmany checks the consumer generation
+                    # before each record it yields, so nothing fetched under an old
+                    # generation is delivered after the rebalance's seek.
+                    async for tp, message in ait:
+                        since_yield += 1
+                        if since_yield > yield_every:
+                            await sleep(0)
+                            since_yield = 0
+                        offset = message.offset
+                        r_offset = get_read_offset(tp)
+                        if r_offset is None or offset >= r_offset:
+                            gap = offset - (r_offset or 0)
+                            if gap > 1 and r_offset and acks_enabled_for(message.topic):
+                                await self._add_gap(tp, r_offset + 1, offset)  # noqa: SLF001
+                            if commit_every is not None and self._n_acked >= commit_every:  # noqa: SLF001
+                                self._n_acked = 0  # noqa: SLF001
+                                await self.commit()
+                            if suspended():  # a rebalance began: faust's own race
+                                await self.wait_first(callback(message), self.suspend_flow.wait())
+                            else:
+                                await callback(message)
+                            set_read_offset(tp, offset)
                 unset_flag(fetching)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
