@@ -30,7 +30,7 @@ from streams.cli import (
 )
 from streams.cli.simulate import add_workload_arguments, workload_from
 from streams.core.config import ProducerSettings, TopicNames, load
-from streams.core.errors import ConfigError, DeliveryError, RoutingMapError
+from streams.core.errors import ConfigError, DeliveryError, RoutingMapError, UndeliveredError
 from streams.core.routing.placement import HASHES, PLACEMENTS
 from streams.core.routing.router import BUCKET_PLACEHOLDER, Router, RoutingMap
 from streams.core.simulate import iter_keys
@@ -160,15 +160,19 @@ def run(args: argparse.Namespace) -> int:
     with producer:
         sent, interrupted = _send(producer, iter_keys(workload), _values(args.value_field, workload.seed),
                                   count=count, duration_s=args.duration, rate=args.rate, observe=observe)
-        stats = producer.close(timeout=args.flush_timeout)
+        try:
+            stats = producer.close(timeout=args.flush_timeout)
+        except UndeliveredError:  # print what was and was not delivered, then raise below
+            stats = producer.stats()
     summary = _summary(stats, topic, partitions, settings, workload.describe(), time.monotonic() - started,
                        interrupted, template=BUCKET_PLACEHOLDER in topic)
     if args.json:
         print_json(summary.to_record())
     else:
         _print_summary(summary)
-    if summary.failed:
-        raise DeliveryError(f"{summary.failed} of {summary.sent} events failed delivery "
+    if summary.delivered < summary.sent:
+        raise DeliveryError(f"{summary.sent - summary.delivered} of {summary.sent} events not delivered: "
+                            f"{summary.failed} failed, the rest still in flight after {args.flush_timeout} s "
                             f"(last error: {summary.last_error})")
     return 130 if interrupted else 0
 

@@ -20,6 +20,8 @@ __all__ = [
     "HotKeyNoticeError",
     "InvalidArgumentError",
     "DeliveryError",
+    "QueueFullError",
+    "UndeliveredError",
     "ConsumeError",
     "ClusterUnavailableError",
 ]
@@ -94,6 +96,36 @@ class InvalidArgumentError(StreamsError, ValueError, TypeError):
 
 class DeliveryError(StreamsError):
     """Records could not be written to Kafka (the broker refused them or did not acknowledge in time)."""
+
+
+class QueueFullError(DeliveryError):
+    """The producer's local queue stayed full for ``timeout_s`` seconds: the record was not enqueued.
+
+    The broker is not taking records as fast as they are sent (down, unreachable, or
+    slower than the sender). Records already queued are unaffected; retry later or
+    send slower.
+    """
+
+    def __init__(self, message: str, *, timeout_s: float) -> None:
+        super().__init__(message)
+        self.timeout_s = timeout_s
+
+
+class UndeliveredError(DeliveryError):
+    """Not every record sent was delivered: some failed, or were still in flight when the wait ended.
+
+    The counts are the producer's at that moment: ``sent`` = ``delivered`` + ``failed``
+    + ``in_flight``; ``last_error`` is the last delivery failure's reason, or None.
+    """
+
+    def __init__(self, message: str, *, sent: int, delivered: int, failed: int, in_flight: int,
+                 last_error: str | None) -> None:
+        super().__init__(message)
+        self.sent = sent
+        self.delivered = delivered
+        self.failed = failed
+        self.in_flight = in_flight
+        self.last_error = last_error
 
 
 class ConsumeError(StreamsError):

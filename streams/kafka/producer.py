@@ -13,7 +13,14 @@ a wrapper (composition) around ``confluent_kafka.Producer``:
   Avro (fastavro);
 * **produce**: ``enable.idempotence=true`` and ``acks=all`` by default, headers
   ``streams-id-kind``, ``streams-bucket``, ``streams-map-version``, ``streams-salt``
-  and ``content-type``; deliveries and failures are counted per partition.
+  and ``content-type``; records sent and failed are counted per partition.
+
+Delivery accounting costs no Python call per delivered record: librdkafka reports
+failures only (``delivery.report.only.error=true``), and ``delivered`` is what was
+sent less what failed less what librdkafka still holds (``len(producer)``). A full
+local queue raises :class:`~streams.core.errors.QueueFullError` after ``send``'s
+``timeout``; :meth:`RoutingProducer.close` raises
+:class:`~streams.core.errors.UndeliveredError` unless every record was delivered.
 
 It keeps its split table current from the compacted hot-keys topic through a
 background :class:`~streams.kafka.follower.HotKeyFollower`. Credentials in its
@@ -22,22 +29,23 @@ configuration never appear in logs or errors (:func:`streams.core.config.redact`
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import orjson
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from streams.core.config import KafkaSettings, redact
 from streams.core.errors import (
     ConfigError,
-    DeliveryError,
+    QueueFullError,
     RoutingMapError,
     SerializationError,
+    UndeliveredError,
 )
 from streams.core.ids import IdKind, Snowflake, UUIDv7Generator, id_time_ms, parse_id
 from streams.core.routing.hashing import canonical_key
@@ -45,7 +53,7 @@ from streams.core.routing.router import Router, RoutingDecision
 from streams.core.serde import CONTENT_TYPE, codec_for
 from streams.kafka.clients import new_producer
 
-__all__ = ["RoutingProducer", "DeliveryStats", "key_text", "DEFAULT_PRODUCER_CONFIG"]
+__all__ = ["RoutingProducer", "DeliveryStats", "key_text", "DEFAULT_PRODUCER_CONFIG", "SEND_TIMEOUT_S"]
 
 #: What a RoutingProducer sets unless the caller overrides it.
 DEFAULT_PRODUCER_CONFIG: dict[str, Any] = {
@@ -54,15 +62,31 @@ DEFAULT_PRODUCER_CONFIG: dict[str, Any] = {
     "linger.ms": 5,
     "compression.type": "lz4",
     "queue.buffering.max.messages": 500_000,
+    # Successes are counted as sent - failed - still held (see DeliveryStats): a Python
+    # callback per delivered record would cost more than the rest of the send path.
+    "delivery.report.only.error": True,
     # Looking up a topic's partition count must not create it on a broker with
     # auto.create.topics.enable=true: a missing topic is an error, not a default.
     "allow.auto.create.topics": False,
 }
 
 
+#: How long ``send`` waits for room in a full local queue before QueueFullError, in seconds.
+SEND_TIMEOUT_S = 30.0
+
+
 @dataclass(frozen=True)
 class DeliveryStats:
-    """Counts since the producer was created: ``sent`` = ``delivered`` + ``failed`` + in flight."""
+    """Counts since the producer was created: ``sent`` = ``delivered`` + ``failed`` + ``in_flight``.
+
+    ``sent``: records librdkafka accepted; ``failed``: failure reports served (by
+    ``poll``, ``flush``, ``close``, or every 1024 sends); ``in_flight``: records
+    librdkafka still holds, queued, awaiting the broker's acknowledgement, or failed
+    with the report not served yet; ``delivered``: the rest, acknowledged by the
+    broker. ``per_partition`` maps (topic, partition) to records sent there less those
+    failed there: delivered plus in flight, so exactly the delivered ones once
+    ``in_flight`` is 0 (after a ``flush`` that returned 0, or ``close``).
+    """
 
     sent: int
     delivered: int
@@ -72,7 +96,7 @@ class DeliveryStats:
 
     @property
     def in_flight(self) -> int:
-        """Records handed to librdkafka whose delivery report has not arrived yet."""
+        """Records librdkafka still holds: queued, awaiting acknowledgement, or failed with the report unserved."""
         return self.sent - self.delivered - self.failed
 
 
@@ -82,7 +106,11 @@ def key_text(value: object, canonical: bytes) -> str:
     Every spelling of one UUID has one text, so workers aggregate them together.
     """
     if isinstance(value, str):
-        return value if len(canonical) != 16 or canonical == value.encode() else str(uuid.UUID(bytes=canonical))
+        # A UUID-shaped str is 32 or more characters; shorter text with 16 bytes of UTF-8 is itself.
+        if len(canonical) != 16 or len(value) < 32:
+            return value
+        # 8-4-4-4-12 hex digits (canonical_key checked the shape): lower case is the canonical text.
+        return value.lower() if len(value) == 36 else str(uuid.UUID(bytes=canonical))
     if isinstance(value, uuid.UUID):
         return str(value)
     if len(canonical) == 16 and isinstance(value, (bytes, bytearray, memoryview)):
@@ -95,19 +123,24 @@ class _Stamper:
 
     def __init__(self, id_kind: str, snowflake_worker: int) -> None:
         self.kind = id_kind
+        # stamp is bound to one kind's method here, so the per-event call makes no choice.
+        self.stamp: Callable[[], tuple[str, bytes, int]]
         if id_kind == "uuid7":
             self._next_int = UUIDv7Generator().next_int
+            self.stamp = self._uuid7
         elif id_kind == "snowflake":
             self._snowflake = Snowflake(worker_id=snowflake_worker)
+            self.stamp = self._snowflake_id
         else:
             raise ConfigError(f"id_kind must be 'uuid7' or 'snowflake', got {id_kind!r}")
 
-    def stamp(self) -> tuple[str, bytes, int]:
-        if self.kind == "uuid7":
-            value = self._next_int()
-            raw = value.to_bytes(16, "big")
-            h = raw.hex()
-            return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", raw, value >> 80
+    def _uuid7(self) -> tuple[str, bytes, int]:
+        value = self._next_int()
+        raw = value.to_bytes(16, "big")
+        h = raw.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", raw, value >> 80
+
+    def _snowflake_id(self) -> tuple[str, bytes, int]:
         sf = self._snowflake.next()
         return str(sf), sf.to_bytes(8, "big"), id_time_ms(sf, layout=self._snowflake.layout)
 
@@ -139,22 +172,31 @@ class RoutingProducer:
         base = kafka.client_config() if isinstance(kafka, KafkaSettings) else dict(kafka)
         self._config = {**DEFAULT_PRODUCER_CONFIG, **base, **(producer_config or {})}
         self.router = router
+        self._route = router.route
         self._codec = codec_for(serializer, "event")
+        # JSON goes straight to orjson (one call, no frame); the codec explains a failure.
+        self._encode = orjson.dumps if serializer == "json" else self._codec.encode
         self._content_type = CONTENT_TYPE[serializer]
         self._stamper = _Stamper(id_kind, snowflake_worker)
-        self._headers = headers
+        self._stamp = self._stamper.stamp
+        self._id_kind = id_kind
+        # (bucket label, map version, salt, id kind) -> the record headers; None: no headers
+        self._header_cache: dict[tuple[str, int, int, str], list[tuple[str, bytes]]] | None = {} if headers else None
         self._check_partitions = check_partitions
-        self._checked_topics: dict[str, int] = {}
         try:
-            self._producer = new_producer(self._config)
+            # Delivery reports reach _on_delivery from poll()/flush() on the caller's thread.
+            self._producer = new_producer({**self._config, "on_delivery": self._on_delivery})
         except KafkaException as exc:
             raise ConfigError(f"invalid producer configuration {redact(self._config)}: {exc}") from None
-        self._lock = threading.Lock()
-        self._sent = 0
-        self._delivered = 0
+        # confluent-kafka's positional order: topic, value, key, partition, on_delivery, callback, timestamp, headers
+        self._enqueue = self._producer.produce
+        self._poll = self._producer.poll
+        # topic -> records sent to each partition (index); a topic appears on first use
+        self._sent_to: dict[str, list[int]] = {}
         self._failed = 0
-        self._per_partition: dict[tuple[str, int], int] = {}
+        self._failed_to: dict[tuple[str, int], int] = {}
         self._last_error: str | None = None
+        self._closed = False
         self._follower = None
         if hot_keys_topic:
             from streams.kafka.follower import HotKeyFollower
@@ -172,64 +214,108 @@ class RoutingProducer:
         event_id: object = None,
         ts_ms: int | None = None,
         attributes: Mapping[str, str] | None = None,
+        timeout: float | None = SEND_TIMEOUT_S,
     ) -> RoutingDecision:
         """Stamp, route, encode and enqueue one event; return where it goes.
 
         ``event_id`` (a UUID, its text, or a Snowflake int) is kept if given,
         otherwise stamped; ``ts_ms`` overrides the ID's time as the event time.
+        ``timeout``: how long to wait, in seconds, for room when librdkafka's local
+        queue is full (``queue.buffering.max.messages``), serving delivery reports
+        meanwhile; None waits as long as it takes.
         Raises InvalidKeyError for a bad key, InvalidIdError for a bad ID,
         RoutingMapError if the topic disagrees with the map, SerializationError if
-        the event cannot be encoded. Delivery is asynchronous: see :meth:`flush`.
+        the event cannot be encoded, QueueFullError if the queue stayed full for
+        ``timeout`` s (the event was not sent). Delivery is asynchronous: see
+        :meth:`flush` and :meth:`close`.
         """
         canonical = canonical_key(key)
         if value is not None and (value.__class__ is not float or not -_INF < value < _INF):
             value = _finite(value)
         if event_id is None:
-            id_text, id_raw, id_ms = self._stamper.stamp()
-            id_kind = self._stamper.kind
+            id_text, id_raw, id_ms = self._stamp()
+            id_kind = self._id_kind
         else:
             id_text, id_raw, id_ms, id_kind = _given_id(event_id)
         event_ts = id_ms if ts_ms is None else ts_ms
-        decision = self.router.route(canonical, event_ts, id_raw)
-        topic = decision.topic
-        if self._check_partitions and topic not in self._checked_topics:
-            self._check_topic(topic)
-        payload = self._codec.encode({
-            "id": id_text, "id_kind": id_kind, "ts_ms": event_ts, "key": key_text(key, canonical),
-            "value": value, "attributes": attributes or {},
-        })
-        headers = [
-            ("streams-id-kind", _KIND_HEADER[id_kind]), ("streams-bucket", decision.bucket_label.encode()),
-            ("streams-map-version", b"%d" % decision.map_version), ("streams-salt", b"%d" % decision.salt),
-            ("content-type", self._content_type),
-        ] if self._headers else None
-        self._produce(topic, decision.partition, decision.key, payload, headers, event_ts)
+        decision = self._route(canonical, event_ts, id_raw)
+        topic, partition = decision[0], decision[1]
+        counts = self._sent_to.get(topic)
+        if counts is None:
+            counts = self._first_use(topic)
+        record = {"id": id_text, "id_kind": id_kind, "ts_ms": event_ts, "key": key_text(key, canonical),
+                  "value": value, "attributes": attributes or _NO_ATTRIBUTES}
+        try:
+            payload = self._encode(record)
+        except TypeError:  # orjson's error for a value JSON cannot hold: the codec names the field
+            payload = self._codec.encode(record)
+        cache = self._header_cache
+        headers = None
+        if cache is not None:
+            label_version_salt_kind = (decision[5], decision[6], decision[7], id_kind)
+            headers = cache.get(label_version_salt_kind)
+            if headers is None:
+                headers = self._new_headers(label_version_salt_kind)
+        try:
+            self._enqueue(topic, payload, decision[2], partition, None, None, event_ts, headers)
+        except BufferError:
+            self._enqueue_when_room((topic, payload, decision[2], partition, None, None, event_ts, headers), timeout)
+        try:
+            n = counts[partition] + 1
+        except IndexError:  # a map installed after this topic's first use has more partitions
+            counts.extend([0] * (partition + 1 - len(counts)))
+            n = 1
+        counts[partition] = n
+        if not n & 0x3FF:
+            self._poll(0)  # serve failure reports now and then, so stats() stays current
         return decision
 
-    def _produce(self, topic: str, partition: int, key: bytes, payload: bytes,
-                 headers: list[tuple[str, bytes]] | None, ts_ms: int) -> None:
-        producer = self._producer
+    def _new_headers(self, label_version_salt_kind: tuple[str, int, int, str]) -> list[tuple[str, bytes]]:
+        """The headers of every record in one bucket under one map version, salt and ID kind (cached)."""
+        label, version, salt, id_kind = label_version_salt_kind
+        headers = [
+            ("streams-id-kind", _KIND_HEADER[id_kind]), ("streams-bucket", label.encode()),
+            ("streams-map-version", b"%d" % version), ("streams-salt", b"%d" % salt),
+            ("content-type", self._content_type),
+        ]
+        cache: dict[tuple[str, int, int, str], list[tuple[str, bytes]]] = self._header_cache  # type: ignore[assignment]
+        if len(cache) >= _HEADER_CACHE_LIMIT:
+            cache.clear()
+        cache[label_version_salt_kind] = headers
+        return headers
+
+    def _enqueue_when_room(self, args: tuple[Any, ...], timeout: float | None) -> None:
+        """Retry ``produce(*args)`` while serving delivery reports until it fits; QueueFullError after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            wait = _QUEUE_POLL_S if deadline is None else min(_QUEUE_POLL_S, deadline - time.monotonic())
+            self._poll(max(wait, 0))  # the local queue is full: serve delivery reports to drain it
             try:
-                producer.produce(topic, payload, key, partition=partition, headers=headers,
-                                 timestamp=ts_ms, on_delivery=self._on_delivery)
-                break
+                self._enqueue(*args)
+                return
             except BufferError:
-                producer.poll(0.05)  # the local queue is full: serve delivery reports to drain it
-        self._sent += 1
-        if not self._sent & 0x3FF:
-            producer.poll(0)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise QueueFullError(
+                        f"the local queue stayed full for {timeout} s ({len(self._producer)} records waiting, "
+                        f"last error: {self._last_error}): the record was not sent", timeout_s=timeout) from None
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            self._delivered += 1
-            tp = (msg.topic(), msg.partition())
-            self._per_partition[tp] = self._per_partition.get(tp, 0) + 1
-        else:
-            self._failed += 1
-            self._last_error = str(err)
+        if err is None:  # a success report, only if delivery.report.only.error was turned off
+            return
+        self._failed += 1
+        tp = (msg.topic(), msg.partition())
+        self._failed_to[tp] = self._failed_to.get(tp, 0) + 1
+        self._last_error = str(err)
 
     # -- topic checks, lifecycle ------------------------------------------------------------
+
+    def _first_use(self, topic: str) -> list[int]:
+        """Check ``topic`` (with ``check_partitions``) and start its per-partition counts."""
+        if self._check_partitions:
+            self._check_topic(topic)
+        counts = [0] * max(m.partitions for m in self.router.maps)
+        self._sent_to[topic] = counts
+        return counts
 
     def _check_topic(self, topic: str, *, settle_s: float = 5.0) -> None:
         # A topic created a moment ago can be missing from the broker's metadata for a
@@ -254,34 +340,54 @@ class RoutingProducer:
                 f"topic {topic!r} has {actual} partitions but routing map v{self.router.current.version} "
                 f"expects {expected}, and no installed map covers {actual}"
             )
-        self._checked_topics[topic] = actual
 
     def poll(self, timeout: float = 0) -> int:
-        """Serve delivery reports; returns how many were served."""
+        """Serve delivery reports (failures only, by default); returns how many were served."""
         return int(self._producer.poll(timeout))
 
     def flush(self, timeout: float = 30.0) -> int:
-        """Wait up to ``timeout`` s for every record to be delivered or fail; returns how many remain."""
+        """Wait up to ``timeout`` s for every record to be delivered or fail; returns how many remain.
+
+        Never raises for failed records: a caller of ``flush`` reads ``stats()`` (or
+        calls :meth:`close`, which raises) to learn whether they were delivered.
+        """
         return int(self._producer.flush(timeout))
 
     def close(self, timeout: float = 30.0) -> DeliveryStats:
-        """Stop following hot keys, flush, and return the final counts.
+        """Stop following hot keys, flush, and return the final counts if every record was delivered.
 
-        Raises DeliveryError if records are still undelivered after ``timeout`` seconds,
-        so a caller never mistakes an unfinished send for a finished one.
+        Raises UndeliveredError (a DeliveryError carrying ``sent``, ``delivered``,
+        ``failed``, ``in_flight`` and ``last_error``) if any record failed or was
+        still undelivered after ``timeout`` seconds, so a caller never mistakes a
+        failed or unfinished send for a finished one; :meth:`stats` still reads the
+        counts afterwards. Calling it again flushes and reports again.
         """
         if self._follower is not None:
             self._follower.stop()
-        remaining = self.flush(timeout)
+        self.flush(timeout)
+        self._closed = True
         stats = self.stats()
-        if remaining:
-            raise DeliveryError(f"{remaining} records still undelivered after {timeout} s "
-                                f"(last error: {stats.last_error})")
+        if stats.failed or stats.in_flight:
+            raise UndeliveredError(
+                f"{stats.failed + stats.in_flight} of {stats.sent} records not delivered: {stats.failed} failed, "
+                f"{stats.in_flight} still in flight after {timeout} s (last error: {stats.last_error})",
+                sent=stats.sent, delivered=stats.delivered, failed=stats.failed, in_flight=stats.in_flight,
+                last_error=stats.last_error)
         return stats
 
     def stats(self) -> DeliveryStats:
-        """A snapshot of the delivery counters."""
-        return DeliveryStats(self._sent, self._delivered, self._failed, dict(self._per_partition), self._last_error)
+        """A snapshot of the delivery counters (see DeliveryStats for what each means)."""
+        failed = self._failed
+        per_partition: dict[tuple[str, int], int] = {}
+        sent = 0
+        for topic, counts in list(self._sent_to.items()):
+            for partition, n in enumerate(counts):
+                sent += n
+                n -= self._failed_to.get((topic, partition), 0)
+                if n:
+                    per_partition[(topic, partition)] = n
+        in_flight = min(len(self._producer), sent - failed)  # len() may also count a queued log or error event
+        return DeliveryStats(sent, sent - failed - in_flight, failed, per_partition, self._last_error)
 
     @property
     def follower(self) -> Any:
@@ -294,7 +400,8 @@ class RoutingProducer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc_type is None:
-            self.close()
+            if not self._closed:  # closed inside the block already: its outcome stands
+                self.close()
         else:
             if self._follower is not None:
                 self._follower.stop()
@@ -306,6 +413,9 @@ class RoutingProducer:
 
 _INF = float("inf")
 _KIND_HEADER = {"uuid7": b"uuid7", "snowflake": b"snowflake"}  # encoded once, not per event
+_NO_ATTRIBUTES: Mapping[str, str] = {}  # shared, never written: encoded as {}
+_HEADER_CACHE_LIMIT = 4096
+_QUEUE_POLL_S = 0.05  # how long one wait for queue room serves delivery reports
 
 
 def _finite(value: object) -> float:

@@ -32,7 +32,7 @@ from streams.core.routing.directory import (
     event_id_bytes,
     salted_key,
 )
-from streams.core.routing.hashing import canonical_key
+from streams.core.routing.hashing import MAX_KEY_BYTES, canonical_key
 from streams.core.routing.placement import (
     HASHES,
     MAX_PARTITIONS,
@@ -157,6 +157,7 @@ class _Compiled(NamedTuple):
     first_ms: int
     place: Callable[[bytes], int]
     n: int
+    version: int
     map: RoutingMap
     buckets: dict[int, tuple[str, int, str]]  # bucket index -> (topic, start_ms, label)
 
@@ -177,9 +178,14 @@ class Router:
     keys (str, bytes, int, UUID): each key's unsplit decision in its latest bucket,
     so a repeated key costs one dict lookup instead of canonicalising and hashing
     again (the compiled murmur2 call alone costs several lookups); 0 disables it.
-    A full memo is cleared, not evicted; each entry costs roughly 300 bytes, so the
-    default holds about 20 MB at most. Repeated calls may return the same
-    (immutable) decision object.
+    Every key is memoised until the memo first fills; from then on (more distinct
+    keys than it holds: UUIDs, say) a key is memoised the second time it is routed
+    within the last ``memo_size`` first sightings (a doorkeeper of key hashes
+    remembers the first), because keeping every one-off decision alive cost more
+    than hashing it (dict growth and garbage-collector passes over the retained
+    decisions). A full memo or doorkeeper is cleared, not evicted; each memo entry
+    costs roughly 300 bytes, so the default holds about 20 MB at most.
+    Repeated calls may return the same (immutable) decision object.
     Thread-safe: ``install`` and directory updates may run beside ``route`` in other
     threads. Raises RoutingMapError if ``maps`` is empty or a map cannot be
     installed (see :meth:`install`), ConfigError for a bad ``memo_size``.
@@ -200,6 +206,10 @@ class Router:
         self._memo_size = memo_size
         # key -> its unsplit decision in the bucket it was last routed in
         self._memo: dict[object, RoutingDecision] = {}
+        # hash(key) -> None for keys routed once and not memoised yet: ints only, so the
+        # garbage collector never tracks it
+        self._seen: dict[int, None] = {}
+        self._admit_all = True  # until the memo first fills
         # placed key bytes -> (its home decision, its placement, {salt: decision of that salt}, or None when
         # the placement names a partition the map of that bucket lacks: such events go home)
         self._placed_memo: dict[bytes, tuple[RoutingDecision, tuple[int, ...], dict[int, RoutingDecision] | None]] = {}
@@ -249,7 +259,8 @@ class Router:
                     f"must be later than v{newest.map.version}'s {newest.first_ms}"
                 )
             place = make_placer(routing_map.hash, routing_map.placement, routing_map.partitions)
-            compiled = _Compiled(routing_map.first_bucket_ms, place, routing_map.partitions, routing_map, {})
+            compiled = _Compiled(routing_map.first_bucket_ms, place, routing_map.partitions, routing_map.version,
+                                 routing_map, {})
             starts, history = self._history
             self._history = (starts + (compiled.first_ms,), history + (compiled,))
             self._newest = compiled
@@ -257,6 +268,7 @@ class Router:
             # maps it reads next (see _resolve), so no entry made under an older
             # history survives into this one.
             self._memo = {}
+            self._seen = {}
             self._placed_memo = {}
 
     def map_for(self, ts_ms: int) -> RoutingMap:
@@ -307,13 +319,20 @@ class Router:
         memo = self._memo  # read before the maps: see install
         if not 0 <= ts_ms <= MAX_TIMESTAMP_MS:  # route() has already made it an int
             ts_ms = check_timestamp(ts_ms)
-        compiled = self._compiled_for(ts_ms)
-        version = compiled.map.version
+        compiled = self._newest
+        if ts_ms < compiled.first_ms:  # type: ignore[union-attr]
+            compiled = self._compiled_for(ts_ms)
+        version = compiled.version  # type: ignore[union-attr]
         if stale is not None and stale[6] == version:  # same map, other bucket: reuse
             kb, partition = stale[2], stale[1]
         else:
-            kb = canonical_key(key)
-            partition = compiled.place(kb)
+            # Bytes of an acceptable length are already canonical (RoutingProducer passes
+            # canonical_key's result): one canonicalisation per event, not two.
+            if key.__class__ is bytes and 0 < len(key) <= MAX_KEY_BYTES:  # type: ignore[arg-type]
+                kb = key  # type: ignore[assignment]
+            else:
+                kb = canonical_key(key)
+            partition = compiled.place(kb)  # type: ignore[union-attr]
         width = self._width_ms
         index = ts_ms // width
         bucket = compiled.buckets.get(index)
@@ -329,9 +348,16 @@ class Router:
             RoutingDecision, (topic, partition, kb, index, start, label, version, UNSPLIT)
         )
         if self._memo_size and key.__class__ in _MEMOISED:
-            if len(memo) >= self._memo_size:
-                memo.clear()
-            memo[key] = decision
+            seen = self._seen
+            if not self._admit_all and stale is None and (h := hash(key)) not in seen:
+                if len(seen) >= self._memo_size:  # a first sighting: only remembered
+                    seen.clear()
+                seen[h] = None
+            else:  # memo still filling, a second sighting, or a memoised key in a new bucket
+                if len(memo) >= self._memo_size:
+                    memo.clear()
+                    self._admit_all = False  # more distinct keys than the memo holds
+                memo[key] = decision
         return decision
 
     def _placed(self, decision: RoutingDecision, placement: tuple[int, ...], event_id: object) -> RoutingDecision:

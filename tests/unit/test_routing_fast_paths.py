@@ -1,0 +1,71 @@
+"""The router's and producer's fast paths give what the plain paths give, bit for bit."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streams.core.routing.hashing import canonical_key, kafka_partition
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import key_text
+
+T0 = 1_764_000_000_000
+FIVE_MIN = TimeBuckets("5m")
+
+
+def a_router(memo_size: int = 65_536, **fields: object) -> Router:
+    return Router(FIVE_MIN, [RoutingMap(version=1, partitions=12, topic="events", **fields)], memo_size=memo_size)
+
+
+def test_a_stream_of_more_distinct_keys_than_the_memo_holds_routes_as_an_unmemoised_router() -> None:
+    rng = random.Random(5)
+    small, plain = a_router(memo_size=8), a_router(memo_size=0)
+    keys = [f"user-{rng.randrange(40)}" for _ in range(2_000)] + [str(uuid.UUID(int=rng.getrandbits(128)))
+                                                                   for _ in range(500)]
+    rng.shuffle(keys)
+    for i, key in enumerate(keys):
+        ts = T0 + (i % 7) * 60_000 * 3  # crosses bucket boundaries too
+        assert small.route(key, ts) == plain.route(key, ts)
+
+
+def test_once_the_memo_has_filled_a_key_is_memoised_on_its_second_sighting_only() -> None:
+    router = a_router(memo_size=4)
+    for i in range(5):  # the fifth fills the memo past its size: admission by doorkeeper from now on
+        router.route(f"fill-{i}", T0)
+    router.route("once", T0)
+    assert "once" not in router._memo
+    router.route("once", T0)
+    assert "once" in router._memo
+    assert router.route("once", T0) is router.route("once", T0)
+
+
+def test_a_router_whose_keys_fit_its_memo_memoises_each_on_first_sight() -> None:
+    router = a_router(memo_size=100)
+    first = router.route("tenant-1", T0)
+    assert router.route("tenant-1", T0) is first
+
+
+@given(st.uuids())
+def test_canonical_bytes_route_exactly_as_the_uuid_text_they_came_from(value: uuid.UUID) -> None:
+    router = a_router()
+    for spelling in (str(value), str(value).upper(), value.hex, f"{{{value}}}", f"urn:uuid:{value}"):
+        canonical = canonical_key(spelling)
+        assert canonical == value.bytes
+        assert router.route(canonical, T0) == router.route(spelling, T0) == router.route(value, T0)
+        assert router.route(spelling, T0).partition == kafka_partition(value.bytes, 12)
+        assert key_text(spelling, canonical) == str(value)
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_key_text_of_text_that_is_no_uuid_is_the_text_itself(text: str) -> None:
+    try:
+        canonical = canonical_key(text)
+    except Exception:  # noqa: BLE001 - unencodable text is canonical_key's to refuse
+        return
+    if len(canonical) == 16 and len(text) >= 32:
+        return  # a UUID spelling: the test above
+    assert key_text(text, canonical) == text
