@@ -94,14 +94,16 @@ def classify_id(value: object, *, layout: SnowflakeLayout = DEFAULT_SNOWFLAKE_LA
         body = value.replace("-", "")  # type: ignore[attr-defined]
         if len(body) == 32 and _HEX_DIGITS.issuperset(body):
             number = int(body, 16)
-            if (number >> 76) & 0xF == 7 and (number >> 62) & 0b11 == 0b10:
-                return IdKind.UUID7, number  # 48-bit milliseconds: always before year 9999
+            if (number >> 76) & 0xF == 7 and (number >> 62) & 0b11 == 0b10 and number >> 80 <= _MAX_DATETIME_MS:
+                return IdKind.UUID7, number
     kind, number = _classify(value, layout)
-    if kind is IdKind.SNOWFLAKE:
+    if kind is IdKind.UUID7:
+        timestamp_ms = number >> 80
+    else:
         timestamp_ms = layout.epoch_ms + (number >> layout.timestamp_shift) * layout.time_unit_ms
-        if timestamp_ms > _MAX_DATETIME_MS:
-            raise InvalidIdError(f"{kind} ID time {timestamp_ms} ms is after year 9999, beyond datetime; "
-                                 "id_time_ms() still reads it")
+    if timestamp_ms > _MAX_DATETIME_MS:
+        raise InvalidIdError(f"{kind} ID time {timestamp_ms} ms is after year 9999, beyond datetime; "
+                             "id_time_ms() still reads it")
     return kind, number
 
 
