@@ -227,6 +227,7 @@ class TopicNames:
     bucket_closed: str = "streams.bucket-closed"
     late_events: str = "streams.late-events"
     dead_letters: str = "streams.dead-letters"
+    routing_maps: str = "streams.routing-maps"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

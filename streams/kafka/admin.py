@@ -74,9 +74,9 @@ __all__ = [
 ]
 
 #: TopicNames fields whose topics are compacted (latest value per key).
-COMPACTED_ROLES = frozenset({"hot_keys", "aggregates"})
+COMPACTED_ROLES = frozenset({"hot_keys", "aggregates", "routing_maps"})
 #: TopicNames fields whose topics are small control logs (``control_partitions``).
-CONTROL_ROLES = frozenset({"sketches", "hot_keys", "bucket_closed", "dead_letters"})
+CONTROL_ROLES = frozenset({"sketches", "hot_keys", "bucket_closed", "dead_letters", "routing_maps"})
 
 _UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
                           KafkaError._RESOLVE})
