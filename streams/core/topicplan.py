@@ -15,7 +15,7 @@ from streams.core.time.buckets import Bucket, TimeBuckets
 from streams.core.time.eventtime import check_ms
 from streams.core.validate import BUCKET_PLACEHOLDER, require, require_int, require_topic
 
-__all__ = ["TopicPlan", "plan_bucket_topics"]
+__all__ = ["TopicPlan", "bucket_of_topic", "plan_bucket_topics"]
 
 
 class TopicPlan(NamedTuple):
@@ -79,3 +79,16 @@ def _bucket_of_topic(topic: object, prefix: str, suffix: str, buckets: TimeBucke
     except InvalidBucketError:
         return None
     return bucket if bucket.label == label else None
+
+
+def bucket_of_topic(topic: object, template: str, buckets: TimeBuckets) -> Bucket | None:
+    """The bucket whose topic under ``template`` is ``topic``, or None if ``topic`` is not one.
+
+    Exact: the part in place of ``{bucket}`` must be the label of a bucket of this
+    width, as :func:`plan_bucket_topics` names them (``events.foo`` is not one).
+    Raises ConfigError if ``template`` does not hold ``{bucket}`` once.
+    """
+    require(template.count(BUCKET_PLACEHOLDER) == 1, "template", f"a topic template holding {BUCKET_PLACEHOLDER} once",
+            template)
+    prefix, suffix = template.split(BUCKET_PLACEHOLDER)
+    return _bucket_of_topic(topic, prefix, suffix, buckets)
