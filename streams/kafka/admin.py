@@ -70,6 +70,7 @@ __all__ = [
     "ensure_topics",
     "project_topic_specs",
     "roll_bucket_topics",
+    "list_topic_names",
     "topic_partitions",
 ]
 
@@ -272,6 +273,14 @@ def topic_partitions(admin_config: Mapping[str, Any], topic: str, *, timeout_s: 
         reason = f" ({info.error.str()})" if info is not None and info.error is not None else ""
         raise TopicNotFoundError(f"topic {topic!r} does not exist on {_where(admin_config)}{reason}")
     return len(info.partitions)
+
+
+def list_topic_names(admin_config: Mapping[str, Any], *, timeout_s: float = 10.0) -> list[str]:
+    """The names of the cluster's topics (internal ones included), read from metadata.
+
+    Raises TopicAdminError if the cluster cannot be reached within ``timeout_s``.
+    """
+    return list(_metadata(_admin(admin_config), admin_config, timeout_s).topics)
 
 
 # --- topic-per-bucket housekeeping --------------------------------------------------------
