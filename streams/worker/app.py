@@ -71,11 +71,13 @@ from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
-from streams.kafka.admin import broker_count, ensure_topics, project_topic_specs
+from streams.core.validate import BUCKET_PLACEHOLDER
+from streams.kafka.admin import TopicAdminError, broker_count, ensure_topics, list_topic_names, project_topic_specs
 from streams.kafka.clients import new_producer
 from streams.kafka.metrics import WorkerMetrics
 from streams.kafka.monitor import Monitor
 from streams.worker import faust_patches
+from streams.worker.bucket_topics import BucketTopicSubscription, TopicList
 from streams.worker.merge import PartialMerger
 from streams.worker.processor import EventProcessor, FetchState, InMessage, Output, Stage1Store
 
@@ -167,11 +169,6 @@ worker_settings = load(WorkerSettings)
 kafka_settings = load(KafkaSettings)
 install_log_redaction()  # the credentials are known now: no log record may show them
 topic_names = load(TopicNames)
-if "{bucket}" in topic_names.events:
-    # Producers and `streams topics roll` support topic-per-bucket; the worker does not
-    # consume it yet (faust cannot add topics to a running subscription). Say so at start.
-    raise ConfigError(f"the worker consumes one events topic; {topic_names.events!r} is a per-bucket template "
-                      "(topic-per-bucket consumption is not implemented yet)")
 instance_id = os.environ.get("STREAMS_INSTANCE", f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:4]}")
 
 app = faust.App(
@@ -197,7 +194,23 @@ app = faust.App(
 )
 
 _raw = {"key_serializer": "raw", "value_serializer": "raw"}
-events_topic = app.topic(topic_names.events, **_raw)
+_buckets = TimeBuckets(worker_settings.bucket_width, grace=worker_settings.grace)
+if BUCKET_PLACEHOLDER in topic_names.events:
+    # Topic per bucket: the channel's names are the bucket topics that exist, kept current
+    # by the follow_bucket_topics timer (see streams.worker.bucket_topics).
+    events_topic = app.topic(**_raw)
+    events_topic.topics = TopicList()
+    bucket_topics: BucketTopicSubscription | None = BucketTopicSubscription(
+        app, topic_names.events, _buckets, events_topic.topics,
+        lambda: list_topic_names(kafka_settings.client_config(), timeout_s=10))
+else:
+    events_topic = app.topic(topic_names.events, **_raw)
+    bucket_topics = None
+
+
+def is_events_topic(topic: str) -> bool:
+    """True if the worker reads events from ``topic`` (the events topic, or one of its bucket topics)."""
+    return topic == topic_names.events or (bucket_topics is not None and bucket_topics.matches(topic))
 partials_topic = app.topic(topic_names.partials, **_raw)
 sketches_topic = app.topic(topic_names.sketches, **_raw)
 _codecs = {
@@ -260,8 +273,7 @@ metrics = WorkerMetrics()
 processor = EventProcessor(worker_settings, Stage1Store(stage1_table.data, _changelog(stage1_table)),
                            instance=instance_id)
 merger = PartialMerger(stage2_table.data, _changelog(stage2_table),
-                       TimeBuckets(worker_settings.bucket_width, grace=worker_settings.grace),
-                       parse_duration(worker_settings.retention, "retention"))
+                       _buckets, parse_duration(worker_settings.retention, "retention"))
 _home = make_placer(worker_settings.hash, worker_settings.placement, worker_settings.partitions)
 decider = BalanceDecider(worker_settings.balance_policy(), home=lambda key: _home(canonical_key(key)))
 _directory_known = False  # has this instance read back the published directory since it took the sketches partition?
@@ -282,6 +294,8 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
         for table in (stage1_table, stage2_table):
             changelog = table.changelog_topic  # already built: set the config it will be declared with
             changelog.config = {**(changelog.config or {}), "min.insync.replicas": "2"}
+    if bucket_topics is not None:  # subscribe to the bucket topics that exist from the first subscription on
+        bucket_topics.apply(bucket_topics.wanted())
     if worker_settings.metrics_port:
         metrics.serve(worker_settings.metrics_port)
 
@@ -289,7 +303,7 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
 @app.on_partitions_assigned.connect
 async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # noqa: ARG001
     global _directory_known
-    processor.assign((tp.topic, tp.partition) for tp in assigned if tp.topic == topic_names.events)
+    processor.assign((tp.topic, tp.partition) for tp in assigned if is_events_topic(tp.topic))
     processor.store.mark_stale()
     if any(tp.topic == topic_names.sketches for tp in assigned):
         _directory_known = False  # another instance may have decided meanwhile: read the topic again
@@ -379,7 +393,7 @@ def _fetch_states() -> dict[tuple[str, int], FetchState] | None:
         if assignment is None:
             return out  # not subscribed or assigned yet: every owned source counts as behind
         for tp in list(assignment.tps):
-            if tp.topic != topic_names.events:
+            if not is_events_topic(tp.topic):
                 continue
             state = assignment.state_value(tp)
             if state is None:
@@ -441,6 +455,22 @@ async def tick() -> None:
     _write(topic_names.sketches, instance_id.encode(), orjson.dumps(result.summary.to_record()))
     metrics.observe_tick(processor, result, decider)
     merger.expire(int(time.time() * 1000))
+
+
+BUCKET_TOPICS_REFRESH_S = float(os.environ.get("STREAMS_BUCKET_TOPICS_REFRESH_S", "2.0"))
+
+
+@app.timer(interval=BUCKET_TOPICS_REFRESH_S)
+async def follow_bucket_topics() -> None:
+    """Topic per bucket: subscribe to bucket topics that appeared, drop those that were deleted."""
+    if bucket_topics is None:
+        return
+    try:
+        wanted = await asyncio.get_running_loop().run_in_executor(None, bucket_topics.wanted)
+    except TopicAdminError as exc:
+        log.warning("cannot list the bucket topics: %s", exc)
+        return
+    bucket_topics.apply(wanted)
 
 
 def _published_directory() -> dict[str, tuple[int, ...]]:

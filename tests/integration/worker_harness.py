@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -58,9 +59,12 @@ class Worker:
         return self.log.read_text(errors="replace")[-4000:]
 
 
-def worker_env(bootstrap: str, **settings: Any) -> tuple[dict[str, str], TopicNames]:
+def worker_env(bootstrap: str, *, bucket_topics: bool = False, **settings: Any) -> tuple[dict[str, str], TopicNames]:
+    """The environment of a worker on fresh topics ``t<tag>.<role>``; ``bucket_topics``: events ``t<tag>.events.{bucket}``."""
     tag = uuid.uuid4().hex[:8]
     names = TopicNames(**{f: f"t{tag}.{getattr(TopicNames(), f).split('.', 1)[1]}" for f in TopicNames.__dataclass_fields__})
+    if bucket_topics:
+        names = dataclasses.replace(names, events=names.events + ".{bucket}")
     env = dict(os.environ, STREAMS_BOOTSTRAP_SERVERS=bootstrap, STREAMS_APP_ID=f"worker-{tag}",
                STREAMS_INSTANCE=f"w-{tag}", PYTHONUNBUFFERED="1")
     for name in TopicNames.__dataclass_fields__:
@@ -71,8 +75,8 @@ def worker_env(bootstrap: str, **settings: Any) -> tuple[dict[str, str], TopicNa
 
 
 @contextmanager
-def running_worker(bootstrap: str, tmp_path: Path, **settings: Any) -> Iterator[Worker]:
-    env, names = worker_env(bootstrap, **settings)
+def running_worker(bootstrap: str, tmp_path: Path, *, bucket_topics: bool = False, **settings: Any) -> Iterator[Worker]:
+    env, names = worker_env(bootstrap, bucket_topics=bucket_topics, **settings)
     worker = Worker(env, names, tmp_path / f"worker-{env['STREAMS_APP_ID']}.log")
     worker.start()
     try:
