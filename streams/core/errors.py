@@ -63,7 +63,17 @@ class InvalidBucketError(StreamsError, ValueError):
 
 
 class RoutingMapError(StreamsError, ValueError):
-    """A routing map is malformed, or disagrees with the topic it routes into."""
+    """A routing map is malformed, or disagrees with the topic it routes into.
+
+    ``reason``: a short, fixed text saying why a map was refused as the successor of
+    the installed ones (``"version not newer"``, ``"shrink"`` ...: see
+    :func:`streams.core.routing.maps.check_successor`), what followers count
+    rejections by; None when no such reason applies.
+    """
+
+    def __init__(self, *args: object, reason: str | None = None) -> None:
+        super().__init__(*args)
+        self.reason = reason
 
 
 class SerializationError(StreamsError, ValueError):
