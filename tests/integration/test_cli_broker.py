@@ -138,8 +138,8 @@ def test_produce_with_partitions_that_disagree_with_the_topic_is_refused(
 
 
 ROLES = tuple(f.name for f in dataclasses.fields(TopicNames))
-COMPACTED = {"hot_keys", "aggregates"}
-CONTROL = {"sketches", "hot_keys", "bucket_closed", "dead_letters"}
+COMPACTED = {"hot_keys", "aggregates", "routing_maps"}
+CONTROL = {"sketches", "hot_keys", "bucket_closed", "dead_letters", "routing_maps"}
 
 
 def test_topics_create_then_describe_shows_compacted_and_delete_configs(
