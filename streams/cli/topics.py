@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from typing import Any
 
 from streams.cli import (
@@ -18,12 +19,14 @@ from streams.cli import (
     print_json,
     print_table,
 )
+from streams.cli.replay import instant_ms
 from streams.core.config import ProducerSettings, TopicNames, WorkerSettings, load
 from streams.core.errors import ConfigError
 from streams.core.routing.router import BUCKET_PLACEHOLDER
 from streams.core.time.buckets import TimeBuckets
 from streams.core.validate import require_duration
 from streams.kafka.admin import (
+    RollResult,
     describe_topics,
     ensure_topics,
     project_topic_specs,
@@ -88,7 +91,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "roll", help="create the next bucket topics and delete expired ones",
         description="One step of the bucket roller for topic-per-bucket mode: create the topics of the "
                     "current bucket and the next --ahead, delete those whose bucket ended more than "
-                    "--retention ago. Only topics matching the template exactly are touched.",
+                    "--retention ago, but only once the bucket is closed (end + --grace) and the worker group "
+                    "has consumed every partition to its end; a topic kept for either reason is listed with "
+                    "the reason, and roll then exits with status 1 after doing the rest (with --dry-run: 0). "
+                    "Only topics matching the template exactly are touched.",
         epilog="example:\n  streams topics roll --template 'events.{bucket}' --bucket-width 5m --ahead 3 "
                "--retention 2h --dry-run",
         formatter_class=HelpFormatter)
@@ -103,6 +109,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     roll.add_argument("--partitions", type=positive_int, metavar="N", help="partitions of new topics (default: 12)")
     roll.add_argument("--replication-factor", type=int, default=-1, metavar="N",
                       help="replicas per partition (default: -1, the broker's default)")
+    roll.add_argument("--grace", type=duration_ms, metavar="DURATION",
+                      help="a bucket closes this long after it ends; its topic is never deleted before (default: "
+                           "the worker's grace, 10s)")
+    roll.add_argument("--group", metavar="GROUP",
+                      help="consumer group that must have consumed a topic to its end before it is deleted "
+                           "(default: the worker's app_id, streams-worker)")
+    roll.add_argument("--now", type=instant_ms, metavar="TIME",
+                      help="plan as if the clock read TIME: epoch ms or ISO 8601, e.g. 2026-12-02T11:00:00Z "
+                           "(default: now)")
     roll.add_argument("--dry-run", action="store_true", help="list what would be created and deleted; change nothing")
     roll.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser
@@ -169,31 +184,46 @@ def _roll(args: argparse.Namespace) -> int:
     if BUCKET_PLACEHOLDER not in template:
         raise ConfigError(f"give --template: the events topic {template!r} holds no {BUCKET_PLACEHOLDER}")
     settings = load(ProducerSettings, **({"bucket_width": args.bucket_width} if args.bucket_width else {}))
-    buckets = TimeBuckets(settings.bucket_width)
+    worker = load(WorkerSettings)
+    buckets = TimeBuckets(settings.bucket_width, grace=worker.grace if args.grace is None else args.grace)
     retention_ms = args.retention
     if retention_ms is None:
-        retention_ms = require_duration("retention (from the worker settings)", load(WorkerSettings).retention)
+        retention_ms = require_duration("retention (from the worker settings)", worker.retention)
+    group = args.group or worker.app_id
     result = roll_bucket_topics(kafka_client_config(args), template, buckets, ahead=args.ahead,
                                 retention_ms=retention_ms, partitions=args.partitions or settings.partitions,
-                                replication_factor=args.replication_factor, dry_run=args.dry_run,
-                                timeout_s=args.timeout)
+                                group=group, replication_factor=args.replication_factor, now_ms=args.now,
+                                dry_run=args.dry_run, timeout_s=args.timeout)
+    refused = result.plan.refused
     if args.json:
         record: dict[str, Any] = result.to_record()
-        record.update(bucket_width=settings.bucket_width, retention_ms=retention_ms, ahead=args.ahead)
+        record.update(bucket_width=settings.bucket_width, retention_ms=retention_ms, grace_ms=buckets.grace_ms,
+                      ahead=args.ahead)
         print_json(record)
-        return 0
-    if args.dry_run:
-        status = {name: "would create" for name in result.plan.create}
-        status.update({name: "would delete" for name in result.plan.delete})
     else:
-        status = {name: "created" if name in result.created else "already there" for name in result.plan.create}
-        status.update({name: "deleted" if name in result.deleted else "already gone" for name in result.plan.delete})
-    title = f"roll {template} ({settings.bucket_width} buckets, {args.ahead} ahead, retention {_human_ms(retention_ms)})"
-    if status:
-        print_table(title + (" - dry run" if args.dry_run else ""), ["topic", "action"], list(status.items()))
+        _print_roll(args, result, f"roll {template} ({settings.bucket_width} buckets, {args.ahead} ahead, "
+                                  f"retention {_human_ms(retention_ms)}, grace {_human_ms(buckets.grace_ms)})")
+    if refused and not args.dry_run:
+        print(f"streams: error: refused to delete {len(refused)} expired topic(s) that are not safe to delete yet: "
+              + "; ".join(f"{r.topic}: {', '.join(r.reasons)}" for r in refused), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_roll(args: argparse.Namespace, result: RollResult, title: str) -> None:
+    parts = result.partitions
+    if args.dry_run:
+        rows = [(name, f"would create ({parts[name]} partitions)") for name in result.plan.create]
+        rows += [(name, "would delete") for name in result.plan.delete]
+    else:
+        rows = [(name, f"created ({parts[name]} partitions)" if name in result.created else "already there")
+                for name in result.plan.create]
+        rows += [(name, "deleted" if name in result.deleted else "already gone") for name in result.plan.delete]
+    rows += [(r.topic, "kept: " + "; ".join(r.reasons)) for r in result.plan.refused]
+    if rows:
+        print_table(title + (" - dry run" if args.dry_run else ""), ["topic", "action"], rows)
     else:
         print(f"{title}: nothing to do\n")
-    return 0
 
 
 def _human_ms(ms: int | None) -> str:

@@ -21,8 +21,12 @@ An edge module (it talks to the cluster through ``confluent_kafka.admin.AdminCli
   nothing acknowledged (:func:`durable_spec`); :func:`describe_topics` reads partitions and configs
   back; :func:`topic_partitions` is the cheap existence check.
 * :func:`roll_bucket_topics` carries out :func:`streams.core.topicplan.plan_bucket_topics`
-  (create the current and next ``ahead`` bucket topics, delete the expired ones),
-  or with ``dry_run`` only reports the plan.
+  (create the current and next ``ahead`` bucket topics, each with the partition count
+  of the routing map in force for its bucket; delete the expired ones that
+  :func:`~streams.core.topicplan.gate_deletions` finds safe: closed, and consumed to
+  the end by the worker group, read with :func:`group_progress`), or with
+  ``dry_run`` only reports the plan.
+* :func:`add_partitions` grows topics (``streams topics grow``).
 
 Every call is bounded by ``timeout_s``: an unreachable cluster is a
 :class:`TopicAdminError` after at most about that long, never a hang. ``admin_config``
@@ -38,23 +42,31 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     ClusterMetadata,
     ConfigResource,
     ConfigSource,
+    NewPartitions,
     NewTopic,
     ResourceType,
 )
 
-from streams.core.config import TopicNames, redact
+from streams.core.config import TopicNames, WorkerSettings, redact
 from streams.core.errors import ConfigError, StreamsError
 from streams.core.routing.placement import MAX_PARTITIONS
+from streams.core.routing.router import RoutingMap
 from streams.core.time.buckets import TimeBuckets
-from streams.core.topicplan import TopicPlan, plan_bucket_topics
+from streams.core.topicplan import (
+    PartitionProgress,
+    TopicPlan,
+    gate_deletions,
+    partitions_in_force,
+    plan_bucket_topics,
+)
 from streams.core.validate import BUCKET_PLACEHOLDER, require_int, require_topic
-from streams.kafka.clients import new_admin
+from streams.kafka.clients import new_admin, new_consumer
 
 __all__ = [
     "COMPACTED_ROLES",
@@ -65,9 +77,11 @@ __all__ = [
     "TopicInfo",
     "TopicNotFoundError",
     "TopicSpec",
+    "add_partitions",
     "describe_topics",
     "durable_spec",
     "ensure_topics",
+    "group_progress",
     "project_topic_specs",
     "roll_bucket_topics",
     "list_topic_names",
@@ -288,7 +302,11 @@ def list_topic_names(admin_config: Mapping[str, Any], *, timeout_s: float = 10.0
 
 @dataclass(frozen=True)
 class RollResult:
-    """What a roll planned at ``now_ms`` and, unless ``dry_run``, did."""
+    """What a roll planned at ``now_ms`` and, unless ``dry_run``, did.
+
+    ``plan.refused`` lists the due topics kept because deleting them was not safe,
+    each with its reasons; ``partitions`` the count each planned topic gets.
+    """
 
     template: str
     now_ms: int
@@ -296,12 +314,19 @@ class RollResult:
     dry_run: bool
     created: tuple[str, ...]
     deleted: tuple[str, ...]
+    group: str = ""
+    partitions: Mapping[str, int] = field(default_factory=dict)
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
-        return {"template": self.template, "now_ms": self.now_ms, "dry_run": self.dry_run,
-                "plan": {"create": list(self.plan.create), "delete": list(self.plan.delete)},
-                "created": list(self.created), "deleted": list(self.deleted)}
+        return {"template": self.template, "now_ms": self.now_ms, "dry_run": self.dry_run, "group": self.group,
+                "plan": {"create": list(self.plan.create), "delete": list(self.plan.delete),
+                         "refused": [{"topic": r.topic, "reasons": list(r.reasons)} for r in self.plan.refused]},
+                "partitions": dict(self.partitions), "created": list(self.created), "deleted": list(self.deleted)}
+
+
+#: The consumer group whose progress guards deletions unless told otherwise: the workers' default app id.
+DEFAULT_GROUP = WorkerSettings.app_id
 
 
 def roll_bucket_topics(
@@ -312,6 +337,8 @@ def roll_bucket_topics(
     ahead: int,
     retention_ms: int,
     partitions: int,
+    maps: Sequence[RoutingMap] = (),
+    group: str = DEFAULT_GROUP,
     replication_factor: int = -1,
     now_ms: int | None = None,
     dry_run: bool = False,
@@ -319,25 +346,107 @@ def roll_bucket_topics(
 ) -> RollResult:
     """Plan with :func:`plan_bucket_topics` against the cluster's topics, then carry it out.
 
-    Creates the planned topics (``partitions`` each, delete policy, replicas as
-    :func:`durable_spec`) and deletes the
-    expired ones, waiting until metadata shows both; with ``dry_run`` changes
-    nothing. ``now_ms`` defaults to the wall clock. Raises ConfigError for a bad
-    template, ``ahead`` or ``retention_ms``, and TopicAdminError as ensure_topics.
+    Creates the planned topics (delete policy, replicas as :func:`durable_spec`),
+    each with the partition count of the routing map of ``maps`` in force for its
+    bucket (:func:`~streams.core.topicplan.partitions_in_force`), ``partitions`` when
+    none is. Deletes the expired topics that are safe to delete
+    (:func:`~streams.core.topicplan.gate_deletions`: the bucket closed, ``buckets``'
+    grace after its end, and ``group`` has consumed every partition to its end, read
+    by :func:`group_progress`); the others are kept and listed in ``plan.refused``.
+    Waits until metadata shows the changes; with ``dry_run`` changes nothing (the
+    group's progress is still read, so the refusals are reported). ``now_ms`` defaults
+    to the wall clock. Raises ConfigError for a bad template, ``ahead`` or
+    ``retention_ms``; TopicAdminError as ensure_topics, or if the group's offsets
+    cannot be read (then nothing is deleted).
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     admin = _admin(admin_config)
     md = _metadata(admin, admin_config, timeout_s)
-    plan = plan_bucket_topics(template, buckets, now, ahead, retention_ms, md.topics)
+    due = plan_bucket_topics(template, buckets, now, ahead, retention_ms, md.topics)
+    counts = partitions_in_force(due.create, template, buckets, maps, partitions)
+    progress = group_progress(admin_config, group, due.delete, timeout_s=timeout_s) if due.delete else {}
+    plan = gate_deletions(due, template, buckets, now_ms=now, retention_ms=retention_ms, group=group,
+                          progress=progress)
     if dry_run:
-        return RollResult(template, now, plan, True, (), ())
-    specs = [durable_spec(TopicSpec(name, partitions, {"cleanup.policy": "delete"}, "", replication_factor),
+        return RollResult(template, now, plan, True, (), (), group, counts)
+    specs = [durable_spec(TopicSpec(name, counts[name], {"cleanup.policy": "delete"}, "", replication_factor),
                           len(md.brokers)) for name in plan.create]
     created = _create(admin, specs, timeout_s)
     _wait_for(admin, admin_config, plan.create, present=True, timeout_s=timeout_s)
     deleted = _delete(admin, plan.delete, timeout_s)
     _wait_for(admin, admin_config, plan.delete, present=False, timeout_s=timeout_s)
-    return RollResult(template, now, plan, False, tuple(created), tuple(deleted))
+    return RollResult(template, now, plan, False, tuple(created), tuple(deleted), group, counts)
+
+
+def group_progress(admin_config: Mapping[str, Any], group: str, topics: Iterable[str], *,
+                   timeout_s: float = 10.0) -> dict[str, tuple[PartitionProgress, ...]]:
+    """Each topic's partitions: low and high watermark, and ``group``'s committed offset (None: it has none).
+
+    A topic that no longer exists is left out. Reads with a consumer carrying the
+    group's id that never subscribes, so it neither joins the group nor commits.
+    Raises TopicAdminError if the cluster cannot be reached or refuses a read (an
+    unreadable committed offset is an error, never "consumed").
+    """
+    topics = list(topics)
+    consumer = new_consumer({**admin_config, "group.id": group, "enable.auto.commit": False,
+                             "allow.auto.create.topics": False})
+    try:
+        md = consumer.list_topics(timeout=timeout_s).topics
+        tps = [TopicPartition(t, p) for t in topics if t in md and md[t].error is None for p in sorted(md[t].partitions)]
+        marks = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=timeout_s) for tp in tps}
+        committed = consumer.committed(tps, timeout=timeout_s) if tps else []
+    except KafkaException as exc:
+        raise TopicAdminError(f"reading the progress of group {group!r} on {_where(admin_config)} failed: "
+                              f"{_error_text(exc)[1]}") from None
+    finally:
+        consumer.close()
+    out: dict[str, list[PartitionProgress]] = {}
+    for tp in committed:
+        if tp.error is not None:
+            raise TopicAdminError(f"cannot read the committed offset of group {group!r} on {tp.topic!r} "
+                                  f"partition {tp.partition}: {tp.error.str()}")
+        low, high = marks[(tp.topic, tp.partition)]
+        out.setdefault(tp.topic, []).append(
+            PartitionProgress(tp.partition, int(low), int(high), tp.offset if tp.offset >= 0 else None))
+    return {topic: tuple(parts) for topic, parts in out.items()}
+
+
+# --- growing topics ------------------------------------------------------------------------
+
+
+def add_partitions(admin_config: Mapping[str, Any], totals: Mapping[str, int], *,
+                   timeout_s: float = 10.0) -> dict[str, int]:
+    """Grow each topic of ``totals`` to that many partitions, in one CreatePartitions request.
+
+    Topics are sent in the mapping's order; one already at its total is left alone
+    (a grow that stopped half-way can be run again). Waits until metadata shows every
+    new count and returns the counts. Raises TopicNotFoundError for a topic that does
+    not exist, TopicAdminError for one that has more partitions than asked (Kafka
+    cannot remove partitions), a refusal by the cluster, or a timeout; ConfigError for
+    a total outside 1..MAX_PARTITIONS.
+    """
+    for name, total in totals.items():
+        require_int(f"partitions of {name!r}", total, 1, MAX_PARTITIONS)
+    admin = _admin(admin_config)
+    topics = _metadata(admin, admin_config, timeout_s).topics
+    grow = []
+    for name, total in totals.items():
+        info = topics.get(name)
+        if info is None or info.error is not None or not info.partitions:
+            raise TopicNotFoundError(f"topic {name!r} does not exist on {_where(admin_config)}")
+        if len(info.partitions) > total:
+            raise TopicAdminError(f"topic {name!r} has {len(info.partitions)} partitions, more than {total}: "
+                                  "Kafka cannot remove partitions")
+        if len(info.partitions) < total:
+            grow.append(NewPartitions(name, total))
+    if grow:
+        futures = admin.create_partitions(grow, operation_timeout=timeout_s, request_timeout=timeout_s)
+        for new in grow:
+            err, _ = _result(futures[new.topic], f"adding partitions to {new.topic!r}", timeout_s + 5)
+            if err is not None:
+                raise TopicAdminError(f"cannot grow topic {new.topic!r} to {new.new_total_count} partitions: "
+                                      f"{err.str()}")
+    return _wait_for(admin, admin_config, list(totals), present=True, timeout_s=timeout_s, at_least=totals)
 
 
 # --- the admin client ----------------------------------------------------------------------
@@ -420,20 +529,26 @@ def _delete(admin: AdminClient, names: Sequence[str], timeout_s: float) -> list[
 
 
 def _wait_for(admin: AdminClient, admin_config: Mapping[str, Any], names: Sequence[str], *, present: bool,
-              timeout_s: float) -> dict[str, int]:
-    """Poll metadata until every name is present (with partitions) or absent; return partition counts."""
+              timeout_s: float, at_least: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Poll metadata until every name is present (with at least ``at_least[name]`` partitions) or absent.
+
+    Returns the partition counts of the present ones.
+    """
     deadline = time.monotonic() + timeout_s
+    minimum = at_least or {}
     while True:
         topics = _metadata(admin, admin_config, timeout_s).topics
         counts = {n: len(topics[n].partitions) for n in names
                   if n in topics and topics[n].error is None and topics[n].partitions}
-        waiting = [n for n in names if (n in counts) != present]
+        waiting = [n for n in names if (n in counts) != present or counts.get(n, 0) < minimum.get(n, 0)]
         if not waiting:
             return counts
         if time.monotonic() >= deadline:
             state = "appear" if present else "disappear"
+            shown = [f"{n} ({counts[n]} of {minimum[n]} partitions)" if n in counts and n in minimum else n
+                     for n in waiting]
             raise TopicAdminError(f"topics did not {state} in the metadata of {_where(admin_config)} "
-                                  f"within {timeout_s:g} s: {', '.join(waiting)}")
+                                  f"within {timeout_s:g} s: {', '.join(shown)}")
         time.sleep(_POLL_S)
 
 
