@@ -41,6 +41,7 @@ from streams.kafka.admin import (
     ensure_topics,
     topic_partitions,
 )
+from streams.kafka.maps import read_maps
 from streams.kafka.metrics import ProducerMetrics
 from streams.kafka.producer import DeliveryStats, RoutingProducer
 
@@ -95,6 +96,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="each event's numeric value: 1.0, uniform in [0, 100), or null (default: one)")
     events.add_argument("--hot-keys-topic", metavar="TOPIC",
                         help="follow hot-key notices on this compacted topic and split hot keys")
+    events.add_argument("--routing-maps-topic", metavar="TOPIC",
+                        help="follow the routing-map history on this compacted topic (e.g. streams.routing-maps): "
+                             "read it before the first event, then apply each new map from its first bucket on")
     parser.add_argument("--flush-timeout", type=duration_s, default=30.0, metavar="DURATION",
                         help="how long to wait for outstanding deliveries at the end (default: 30s)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -146,10 +150,15 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_from(args)
     buckets = TimeBuckets(settings.bucket_width, settings.grace)
     partitions = _partitions(args, config, topic, settings.partitions)
-    router = Router(buckets, [RoutingMap(version=1, partitions=partitions, topic=topic,
-                                         placement=settings.placement, hash=settings.hash)])
+    first = RoutingMap(version=1, partitions=partitions, topic=topic, placement=settings.placement,
+                       hash=settings.hash)
+    # Following a routing-map history: start from the topic's own first map (it may predate a grown topic).
+    history = read_maps(config, args.routing_maps_topic, timeout_s=args.timeout,
+                        bucket_width_ms=buckets.width_ms) if args.routing_maps_topic else []
+    router = Router(buckets, history[:1] or [first])
     producer = RoutingProducer(router, config, serializer=settings.serializer, id_kind=settings.id_kind,
-                               snowflake_worker=settings.snowflake_worker, hot_keys_topic=args.hot_keys_topic)
+                               snowflake_worker=settings.snowflake_worker, hot_keys_topic=args.hot_keys_topic,
+                               routing_maps_topic=args.routing_maps_topic)
     count = args.count if args.count is not None or args.duration is not None else DEFAULT_COUNT
     observe = None
     if args.metrics_port:

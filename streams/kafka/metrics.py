@@ -95,7 +95,10 @@ class WorkerMetrics:
 
 
 class ProducerMetrics:
-    """A producer's delivery counters as Prometheus gauges, refreshed on ``update``."""
+    """A producer's delivery counters, its follower's rejected hot-key notices and routing maps, as gauges.
+
+    Refreshed on ``update``.
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -107,6 +110,12 @@ class ProducerMetrics:
                                 registry=r)
         self.rejected_notices = Gauge("streams_producer_rejected_notices",
                                       "hot-key notices the producer refused, by reason", ["reason"], registry=r)
+        self.map_version = Gauge("streams_producer_routing_map_version", "the newest routing map version installed",
+                                 registry=r)
+        self.applied_maps = Gauge("streams_producer_applied_maps",
+                                  "routing-map records the producer accepted from the routing-maps topic", registry=r)
+        self.rejected_maps = Gauge("streams_producer_rejected_maps",
+                                   "routing-map records the producer refused, by reason", ["reason"], registry=r)
 
     def serve(self, port: int) -> None:
         """Expose ``/metrics`` on ``port`` from a daemon thread."""
@@ -119,6 +128,11 @@ class ProducerMetrics:
         self.delivered.set(stats.delivered)
         self.failed.set(stats.failed)
         self.split_keys.set(len(producer.router.directory))
+        self.map_version.set(producer.router.current.version)
         if producer.follower is not None:
             for reason, count in producer.follower.rejections.items():
                 self.rejected_notices.labels(reason).set(count)
+        if producer.map_follower is not None:
+            self.applied_maps.set(producer.map_follower.applied)
+            for reason, count in producer.map_follower.rejections.items():
+                self.rejected_maps.labels(reason).set(count)

@@ -23,8 +23,16 @@ local queue raises :class:`~streams.core.errors.QueueFullError` after ``send``'s
 :class:`~streams.core.errors.UndeliveredError` unless every record was delivered.
 
 It keeps its split table current from the compacted hot-keys topic through a
-background :class:`~streams.kafka.follower.HotKeyFollower`. Credentials in its
-configuration never appear in logs or errors (:func:`streams.core.config.redact`).
+background :class:`~streams.kafka.follower.HotKeyFollower`, and its routing-map
+history from the routing-maps topic through a
+:class:`~streams.kafka.maps.RoutingMapFollower`: a new map version applies from
+its first bucket on, and a producer reads the whole history before it starts, so
+one started after a change routes as those started before it. Every record goes to
+a partition its topic has: a topic may have more partitions than the maps
+(grown ahead of a new map), never fewer than the map routing its first event, and
+an event a newer map puts on a partition the topic lacks raises RoutingMapError.
+Credentials in its configuration never appear in logs or errors
+(:func:`streams.core.config.redact`).
 """
 
 from __future__ import annotations
@@ -151,9 +159,17 @@ class RoutingProducer:
     ``kafka``: where the cluster is (``KafkaSettings``) or a plain confluent-kafka
     config dict; ``producer_config`` overrides :data:`DEFAULT_PRODUCER_CONFIG`.
     ``hot_keys_topic``: when given, a background consumer follows it and keeps
-    ``router.splits`` current. ``check_partitions``: look up each target topic's
-    partition count on first use and raise RoutingMapError if it disagrees with the
-    routing maps. Raises ConfigError for a bad serializer or ID kind.
+    ``router.directory`` current. ``routing_maps_topic``: when given, a background
+    :class:`~streams.kafka.maps.RoutingMapFollower` installs every valid map version
+    published there into ``router``, and the constructor waits up to
+    ``maps_timeout_s`` until it has read the whole history; the router's own
+    (configured) maps must agree with the topic's versions of the same numbers, and
+    a configured version above 1 must be on the topic. ``check_partitions``: look up
+    each target topic's partition count on first use and raise RoutingMapError if it
+    has fewer than the routing map of that first event, and refuse an event routed
+    to a partition the topic lacks. Raises ConfigError for a bad serializer or ID
+    kind, RoutingMapError if the routing-map history cannot be read in time or
+    disagrees with the configured maps.
     """
 
     def __init__(
@@ -166,6 +182,8 @@ class RoutingProducer:
         snowflake_worker: int = 0,
         producer_config: Mapping[str, Any] | None = None,
         hot_keys_topic: str | None = None,
+        routing_maps_topic: str | None = None,
+        maps_timeout_s: float = 10.0,
         check_partitions: bool = True,
         headers: bool = True,
     ) -> None:
@@ -197,7 +215,11 @@ class RoutingProducer:
         self._failed_to: dict[tuple[str, int], int] = {}
         self._last_error: str | None = None
         self._closed = False
+        self._refreshed: dict[str, float] = {}  # topic -> monotonic time its partition count was last looked up
         self._follower = None
+        self._map_follower = None
+        if routing_maps_topic:
+            self._map_follower = self._follow_maps(base, routing_maps_topic, maps_timeout_s)
         if hot_keys_topic:
             from streams.kafka.follower import HotKeyFollower
 
@@ -242,7 +264,11 @@ class RoutingProducer:
         topic, partition = decision[0], decision[1]
         counts = self._sent_to.get(topic)
         if counts is None:
-            counts = self._first_use(topic)
+            counts = self._first_use(topic, decision)
+        try:
+            n = counts[partition] + 1
+        except IndexError:  # beyond the topic's partitions at its last look (or, unchecked, the maps' at first use)
+            n = self._beyond(counts, decision) + 1
         record = {"id": id_text, "id_kind": id_kind, "ts_ms": event_ts, "key": key_text(key, canonical),
                   "value": value, "attributes": attributes or _NO_ATTRIBUTES}
         try:
@@ -260,11 +286,6 @@ class RoutingProducer:
             self._enqueue(topic, payload, decision[2], partition, None, None, event_ts, headers)
         except BufferError:
             self._enqueue_when_room((topic, payload, decision[2], partition, None, None, event_ts, headers), timeout)
-        try:
-            n = counts[partition] + 1
-        except IndexError:  # a map installed after this topic's first use has more partitions
-            counts.extend([0] * (partition + 1 - len(counts)))
-            n = 1
         counts[partition] = n
         if not n & 0x3FF:
             self._poll(0)  # serve failure reports now and then, so stats() stays current
@@ -309,15 +330,79 @@ class RoutingProducer:
 
     # -- topic checks, lifecycle ------------------------------------------------------------
 
-    def _first_use(self, topic: str) -> list[int]:
+    def _follow_maps(self, config: Mapping[str, Any], topic: str, timeout_s: float) -> Any:
+        """Start following the routing-maps ``topic``; return once its history is installed and agrees."""
+        from streams.kafka.maps import RoutingMapFollower
+
+        configured = self.router.maps
+        follower = RoutingMapFollower(self.router, config, topic, events_topic_partitions=self._partitions_now)
+        follower.start()
+        if not follower.wait_until_current(timeout_s):
+            follower.stop()
+            raise RoutingMapError(f"cannot read the routing-map history on {topic!r} within {timeout_s:g} s: "
+                                  f"{follower.error or 'not read to its end'}")
+        for m in configured:
+            published = follower.topic_maps.get(m.version)
+            if published is None and m.version == 1:
+                continue  # the fleet's first map need not be published
+            if published != m:
+                follower.stop()
+                raise RoutingMapError(
+                    f"configured routing map {m} disagrees with {topic!r}: "
+                    + (f"v{m.version} is not on the topic" if published is None else f"the topic has {published}"),
+                    reason="version conflict")
+        return follower
+
+    def _first_use(self, topic: str, decision: RoutingDecision) -> list[int]:
         """Check ``topic`` (with ``check_partitions``) and start its per-partition counts."""
         if self._check_partitions:
-            self._check_topic(topic)
-        counts = [0] * max(m.partitions for m in self.router.maps)
+            counts = [0] * self._check_topic(topic, decision[6])
+        else:
+            counts = [0] * max(m.partitions for m in self.router.maps)
         self._sent_to[topic] = counts
         return counts
 
-    def _check_topic(self, topic: str, *, settle_s: float = 5.0) -> None:
+    def _check_topic(self, topic: str, version: int) -> int:
+        """The partition count of ``topic``; RoutingMapError if it has fewer than map ``version``."""
+        actual = self._partition_count(topic)
+        expected = next(m.partitions for m in self.router.maps if m.version == version)
+        if actual < expected:
+            raise RoutingMapError(f"topic {topic!r} has {actual} partitions but routing map v{version} expects "
+                                  f"{expected} or more: grow the topic first")
+        return actual
+
+    def _beyond(self, counts: list[int], decision: RoutingDecision) -> int:
+        """Make room in ``counts`` for ``decision``'s partition if the topic has it now; its count so far.
+
+        Raises RoutingMapError (with ``check_partitions``) if the topic, looked up again
+        (at most once a second), still lacks that partition.
+        """
+        topic, partition = decision[0], decision[1]
+        if self._check_partitions:
+            now = time.monotonic()
+            actual = None
+            if now - self._refreshed.get(topic, 0.0) >= _REFRESH_S:
+                self._refreshed[topic] = now
+                actual = self._partitions_now(topic)
+            actual = max(actual or 0, len(counts))
+            if partition >= actual:
+                raise RoutingMapError(
+                    f"routing map v{decision[6]} puts this event on partition {partition} of topic {topic!r}, "
+                    f"which has {actual} partitions: grow the topic before the map's first bucket")
+        else:
+            actual = partition + 1
+        counts.extend([0] * (actual - len(counts)))
+        return counts[partition]
+
+    def _partitions_now(self, topic: str) -> int | None:
+        """The partition count of ``topic`` in one metadata lookup; None if it is unknown or unreachable."""
+        try:
+            info = self._producer.list_topics(topic, timeout=5).topics.get(topic)
+        except KafkaException:
+            return None
+        return len(info.partitions) if info is not None and info.error is None and info.partitions else None
+
+    def _partition_count(self, topic: str, *, settle_s: float = 5.0) -> int:
         # A topic created a moment ago can be missing from the broker's metadata for a
         # short while (UNKNOWN_TOPIC_OR_PART): ask again for up to ``settle_s``.
         deadline = time.monotonic() + settle_s
@@ -328,18 +413,12 @@ class RoutingProducer:
                 raise RoutingMapError(f"cannot read the partition count of topic {topic!r}: {exc}") from None
             info = md.topics.get(topic)
             if info is not None and info.error is None and info.partitions:
-                break
+                self._refreshed[topic] = time.monotonic()
+                return len(info.partitions)
             if time.monotonic() >= deadline:
                 reason = info.error if info is not None else "no metadata"
                 raise RoutingMapError(f"topic {topic!r} does not exist or has no partitions ({reason})")
             time.sleep(0.1)  # metadata polling interval while a new topic propagates
-        actual = len(info.partitions)
-        expected = self.router.current.partitions
-        if actual != expected and actual not in {m.partitions for m in self.router.maps}:
-            raise RoutingMapError(
-                f"topic {topic!r} has {actual} partitions but routing map v{self.router.current.version} "
-                f"expects {expected}, and no installed map covers {actual}"
-            )
 
     def poll(self, timeout: float = 0) -> int:
         """Serve delivery reports (failures only, by default); returns how many were served."""
@@ -354,7 +433,7 @@ class RoutingProducer:
         return int(self._producer.flush(timeout))
 
     def close(self, timeout: float = 30.0) -> DeliveryStats:
-        """Stop following hot keys, flush, and return the final counts if every record was delivered.
+        """Stop following hot keys and routing maps, flush, and return the final counts if every record was delivered.
 
         Raises UndeliveredError (a DeliveryError carrying ``sent``, ``delivered``,
         ``failed``, ``in_flight`` and ``last_error``) if any record failed or was
@@ -362,8 +441,7 @@ class RoutingProducer:
         failed or unfinished send for a finished one; :meth:`stats` still reads the
         counts afterwards. Calling it again flushes and reports again.
         """
-        if self._follower is not None:
-            self._follower.stop()
+        self._stop_followers()
         self.flush(timeout)
         self._closed = True
         stats = self.stats()
@@ -394,6 +472,16 @@ class RoutingProducer:
         """The background hot-key follower, or None when not following a topic."""
         return self._follower
 
+    @property
+    def map_follower(self) -> Any:
+        """The background :class:`~streams.kafka.maps.RoutingMapFollower`, or None when not following one."""
+        return self._map_follower
+
+    def _stop_followers(self) -> None:
+        for follower in (self._follower, self._map_follower):
+            if follower is not None:
+                follower.stop()
+
     def __enter__(self) -> RoutingProducer:
         return self
 
@@ -403,8 +491,7 @@ class RoutingProducer:
             if not self._closed:  # closed inside the block already: its outcome stands
                 self.close()
         else:
-            if self._follower is not None:
-                self._follower.stop()
+            self._stop_followers()
             self.flush(5)
 
     def __repr__(self) -> str:
@@ -416,6 +503,7 @@ _KIND_HEADER = {"uuid7": b"uuid7", "snowflake": b"snowflake"}  # encoded once, n
 _NO_ATTRIBUTES: Mapping[str, str] = {}  # shared, never written: encoded as {}
 _HEADER_CACHE_LIMIT = 4096
 _QUEUE_POLL_S = 0.05  # how long one wait for queue room serves delivery reports
+_REFRESH_S = 1.0  # how often an event routed beyond a topic's partitions looks the count up again
 
 
 def _finite(value: object) -> float:

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
+from worker_harness import consume_all
 
 from streams.core.errors import RoutingMapError
 from streams.core.routing.maps import encode_map, map_headers, map_record_key
 from streams.core.routing.router import Router, RoutingMap
+from streams.core.serde import JsonCodec
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.maps import RoutingMapFollower, publish_map, read_maps
+from streams.kafka.producer import RoutingProducer
 
 MINUTE = 60_000
 COMPACT = {"cleanup.policy": "compact"}
@@ -100,3 +106,105 @@ def test_hostile_records_are_rejected_by_reason_never_applied_and_publish_refuse
         assert follower.applied == 3
     finally:
         follower.stop()
+
+
+def test_producers_route_each_bucket_under_the_map_in_force_for_it_whether_started_before_or_after_a_change(
+        kafka_bootstrap: str, make_topic: Callable[..., str], maps_topic: str) -> None:
+    config = {"bootstrap.servers": kafka_bootstrap}
+    events = make_topic("ev", partitions=8)  # grown ahead of v2: a 6-partition v1 still writes to it
+    now = int(time.time() * 1000)
+    v1 = RoutingMap(version=1, partitions=6, topic=events)
+    v2 = RoutingMap(version=2, partitions=8, topic=events, first_bucket_ms=next_bucket(now, 2))
+    publish_map(config, maps_topic, v1, bucket_width_ms=MINUTE)
+    buckets = TimeBuckets("1m")
+
+    early = RoutingProducer(Router(buckets, [v1]), config, routing_maps_topic=maps_topic)
+    late = None
+    try:
+        assert early.router.maps == (v1,)
+        publish_map(config, maps_topic, v2, bucket_width_ms=MINUTE, events_partitions=8)
+        assert early.map_follower.wait_for(lambda: early.router.current == v2, timeout=15), early.map_follower.error
+        late = RoutingProducer(Router(buckets, [v1]), config, routing_maps_topic=maps_topic)
+        assert late.router.maps == (v1, v2), "a producer started after the change read the history first"
+        assert late.stats().sent == 0
+
+        # Explicit event times on both sides of v2's first bucket: the clock plays no part.
+        times = [v2.first_bucket_ms - 2 * MINUTE + i * 997 for i in range(4 * MINUTE // 997)]
+        sent = {}
+        for i, ts in enumerate(times):
+            key = f"device-{i % 500}"
+            for producer in (early, late):
+                d = producer.send(key, 1.0, ts_ms=ts)
+                oracle = v1 if ts < v2.first_bucket_ms else v2
+                assert (d.partition, d.map_version) == (oracle.partition_of(key), oracle.version), (key, ts)
+                sent[(producer is late, d.key, ts)] = d.partition
+        assert {d for (_, _, ts), d in sent.items() if ts >= v2.first_bucket_ms} >= {6, 7}, "v2 uses its new partitions"
+        assert max(d for (_, _, ts), d in sent.items() if ts < v2.first_bucket_ms) <= 5
+    finally:
+        early.close()
+        if late is not None:
+            late.close()
+    got = consume_all(kafka_bootstrap, events, len(sent))
+    assert len(got) == len(sent)
+    codec = JsonCodec("event")
+    landed = {}
+    for msg in got:
+        landed.setdefault((msg.key(), codec.decode(msg.value())["ts_ms"]), set()).add(msg.partition())
+    assert all(landed[(key, ts)] == {p} for (_, key, ts), p in sent.items())
+
+
+def test_a_configured_map_that_disagrees_with_the_topic_is_refused_at_start(
+        kafka_bootstrap: str, make_topic: Callable[..., str], maps_topic: str) -> None:
+    config = {"bootstrap.servers": kafka_bootstrap}
+    events = make_topic("ev", partitions=6)
+    publish_map(config, maps_topic, RoutingMap(version=1, partitions=6, topic=events), bucket_width_ms=MINUTE)
+    with pytest.raises(RoutingMapError, match="disagrees") as info:
+        RoutingProducer(Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=4, topic=events)]), config,
+                        routing_maps_topic=maps_topic)
+    assert info.value.reason == "version conflict"
+    unpublished = RoutingMap(version=2, partitions=6, topic=events, first_bucket_ms=MINUTE)
+    with pytest.raises(RoutingMapError, match="v2 is not on the topic"):
+        RoutingProducer(Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=6, topic=events), unpublished]),
+                        config, routing_maps_topic=maps_topic)
+    with pytest.raises(RoutingMapError, match="cannot read the routing-map history"):
+        RoutingProducer(Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=6, topic=events)]), config,
+                        routing_maps_topic=maps_topic + "-missing", maps_timeout_s=2)
+
+
+def test_an_event_a_newer_map_puts_on_a_partition_the_topic_lacks_is_refused_and_not_sent(
+        kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
+    events = make_topic("ev", partitions=6)
+    v1 = RoutingMap(version=1, partitions=6, topic=events)
+    v2 = RoutingMap(version=2, partitions=12, topic=events, first_bucket_ms=10 * MINUTE)
+    producer = RoutingProducer(Router(TimeBuckets("1m"), [v1, v2]), {"bootstrap.servers": kafka_bootstrap})
+    try:
+        keys = [f"k{i}" for i in range(200)]
+        lacking = next(k for k in keys if v2.partition_of(k) >= 6)
+        fitting = next(k for k in keys if v2.partition_of(k) < 6)
+        assert producer.send(lacking, ts_ms=MINUTE).partition == v1.partition_of(lacking)  # v1's bucket: fine
+        assert producer.send(fitting, ts_ms=10 * MINUTE).partition == v2.partition_of(fitting)
+        with pytest.raises(RoutingMapError, match=rf"partition {v2.partition_of(lacking)} of topic .* has 6 partitions"):
+            producer.send(lacking, ts_ms=10 * MINUTE)
+        assert producer.stats().sent == 2
+    finally:
+        producer.close()
+
+
+def test_streams_produce_follows_the_routing_map_history_of_a_grown_topic(
+        kafka_bootstrap: str, make_topic: Callable[..., str], maps_topic: str) -> None:
+    config = {"bootstrap.servers": kafka_bootstrap}
+    events = make_topic("ev", partitions=8)  # grown for a v2 that starts later: the history's v1 has 6
+    v1 = RoutingMap(version=1, partitions=6, topic=events)
+    publish_map(config, maps_topic, v1, bucket_width_ms=MINUTE)
+    publish_map(config, maps_topic, RoutingMap(version=2, partitions=8, topic=events,
+                                               first_bucket_ms=next_bucket(int(time.time() * 1000), 30)),
+                bucket_width_ms=MINUTE, events_partitions=8)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
+    result = subprocess.run([sys.executable, "-m", "streams.cli", "produce", "--bootstrap-server", kafka_bootstrap,
+                             "--topic", events, "--routing-maps-topic", maps_topic, "--count", "300", "--json"],
+                            capture_output=True, text=True, timeout=120, env=clean)
+    assert result.returncode == 0, result.stderr
+    got = consume_all(kafka_bootstrap, events, 300)
+    codec = JsonCodec("event")
+    assert len(got) == 300
+    assert all(m.partition() == v1.partition_of(codec.decode(m.value())["key"]) for m in got)

@@ -39,7 +39,7 @@ def test_hostile_notices_are_refused_and_counted_by_reason_and_exported() -> Non
 
     metrics = ProducerMetrics()
     stats = SimpleNamespace(sent=0, delivered=0, failed=0)
-    metrics.update(SimpleNamespace(stats=lambda: stats, router=router, follower=follower))
+    metrics.update(SimpleNamespace(stats=lambda: stats, router=router, follower=follower, map_follower=None))
     exported = {s.labels["reason"]: s.value for m in metrics.registry.collect() if m.name == "streams_producer_rejected_notices"
                 for s in m.samples}
     assert exported == {"undecodable": 1.0, "invalid notice": 1.0, "key mismatch": 1.0, "tombstone without key": 1.0}

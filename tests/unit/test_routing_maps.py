@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,6 +25,7 @@ from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.maps import RoutingMapFollower
+from streams.kafka.metrics import ProducerMetrics
 
 MINUTE = 60_000
 RAW = AvroCodec("routing_map")
@@ -201,3 +204,12 @@ def test_the_follower_installs_valid_successors_and_counts_hostile_records_by_re
     # the first well-formed record of each version under its own key, valid or not
     assert follower.topic_maps == {1: V1, 2: v(2, partitions=7, first_bucket_ms=20 * MINUTE),
                                    3: v(3, partitions=8, first_bucket_ms=30 * MINUTE)}
+
+    metrics = ProducerMetrics()
+    stats = SimpleNamespace(sent=0, delivered=0, failed=0)
+    metrics.update(SimpleNamespace(stats=lambda: stats, router=router, follower=None, map_follower=follower))
+    samples = {(m.name, tuple(s.labels.values())): s.value for m in metrics.registry.collect() for s in m.samples}
+    assert samples[("streams_producer_routing_map_version", ())] == 2.0
+    assert samples[("streams_producer_applied_maps", ())] == 2.0
+    assert {labels[0]: value for (name, labels), value in samples.items()
+            if name == "streams_producer_rejected_maps"} == {r: 1.0 for r in follower.rejections}
