@@ -1,4 +1,4 @@
-"""``streams monitor``: a live view of the hot keys, the events topic's rates and the workers' lag.
+"""``streams monitor``: a live view of the hot keys, the events topic's rates, the workers' lag and the routing maps.
 
 The reading is in :mod:`streams.kafka.monitor`; this module parses flags and renders
 snapshots: a rich Live view on a terminal, plain text (one report per interval)
@@ -31,6 +31,7 @@ from streams.cli import (
 )
 from streams.core.config import TopicNames, WorkerSettings, load
 from streams.core.errors import StreamsError
+from streams.core.routing.router import RoutingMap
 from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.monitor import Monitor, Snapshot, notice_display
 
@@ -46,7 +47,9 @@ examples:
 Hot keys come from the compacted hot-keys topic: the latest notice per key, a
 tombstone removes the key, malformed records are counted, never shown. Rates are
 end-offset deltas of the events topic per interval; lag is end offset minus the
-group's committed offset (- when the group has committed nothing). Without --once
+group's committed offset (- when the group has committed nothing). The routing
+map in force and the next scheduled one (with the UTC start of its first bucket)
+come from the routing-maps topic; without one, none is shown. Without --once
 the view refreshes every --interval until Ctrl-C; with --json it prints one JSON
 line per interval.
 """
@@ -67,6 +70,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     topics = parser.add_argument_group("what to watch")
     topics.add_argument("--hot-keys-topic", metavar="NAME", help=f"(default: {TopicNames().hot_keys})")
     topics.add_argument("--events-topic", metavar="NAME", help=f"(default: {TopicNames().events})")
+    topics.add_argument("--routing-maps-topic", metavar="NAME",
+                        help=f"the routing-map history to show the map in force and the next one from "
+                             f"(default: {TopicNames().routing_maps}; missing: not shown)")
     topics.add_argument("--group", metavar="GROUP",
                         help=f"consumer group whose lag to show (default: the worker app id, {WorkerSettings().app_id})")
     view = parser.add_argument_group("output")
@@ -83,10 +89,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Watch, or print one snapshot; raises StreamsError for an unreachable cluster or (--once) a missing topic."""
     names = load(TopicNames, **{role: value for role, value in (("hot_keys", args.hot_keys_topic),
-                                                                ("events", args.events_topic)) if value})
+                                                                ("events", args.events_topic),
+                                                                ("routing_maps", args.routing_maps_topic)) if value})
     group = args.group or load(WorkerSettings).app_id
     with Monitor(kafka_client_config(args), events_topic=names.events, hot_keys_topic=names.hot_keys, group=group,
-                 timeout_s=args.timeout) as monitor:
+                 routing_maps_topic=names.routing_maps, timeout_s=args.timeout) as monitor:
         snapshot = monitor.snapshot()  # the first look decides: an unreachable cluster is an error
         if args.once:
             for topic, found in ((snapshot.hot_keys_topic, snapshot.hot_keys_found),
@@ -175,6 +182,13 @@ def _summary(s: Snapshot) -> list[tuple[str, object]]:
     hot = (f"{s.hot_keys_topic} ({len(s.hot_keys)} hot, {s.tombstones} tombstones, {s.notices_read} records)"
            if s.hot_keys_found else f"{s.hot_keys_topic} (does not exist yet)")
     events = s.events_topic if s.events_found else f"{s.events_topic} (does not exist yet)"
+    maps: list[tuple[str, object]] = []
+    if s.map_in_force is not None:
+        maps.append(("routing map", f"{_map_text(s.map_in_force)}, since {_when(s.map_in_force.first_bucket_ms)}"))
+    if s.next_map is not None:
+        start = s.next_map.first_bucket_ms
+        maps.append(("next routing map", f"{_map_text(s.next_map)}, from {_when(start)} "
+                                         f"(in {_ago(s.taken_at_ms, start)})"))
     return [
         ("taken at", _when(s.taken_at_ms)),
         ("hot-keys topic", hot),
@@ -183,7 +197,12 @@ def _summary(s: Snapshot) -> list[tuple[str, object]]:
         ("events/s", s.total_rate),
         ("group", s.group),
         ("lag", s.total_lag),
+        *maps,
     ]
+
+
+def _map_text(m: RoutingMap) -> str:
+    return f"v{m.version}: {m.partitions} partitions, {m.placement} + {m.hash}, {m.topic}"
 
 
 def _hot_rows(s: Snapshot, top: int) -> tuple[list[tuple[object, ...]], str]:

@@ -6,7 +6,11 @@ A :class:`Snapshot` is a frozen picture of
   notice per key, the number of tombstones read and of malformed records met;
 * the events topic: each partition's end offset, its message rate since the
   previous snapshot (end-offset delta over elapsed time), and the committed offset
-  and lag of the workers' consumer group.
+  and lag of the workers' consumer group;
+* the routing-maps topic: the routing map in force at the snapshot's time and the
+  next scheduled one, from the validated history (:func:`streams.kafka.maps.read_maps`,
+  read again only when the topic's end offset moved). A missing or empty topic shows
+  neither; it is not an error.
 
 The folding is pure and Kafka-free (:class:`NoticeFold`, :func:`partition_stats`);
 :class:`Monitor` is the edge that reads the cluster. It reads the hot-keys topic
@@ -25,10 +29,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from streams.core.config import TopicNames
 from streams.core.errors import (
     ClusterUnavailableError,
     ConsumeError,
@@ -38,7 +44,11 @@ from streams.core.errors import (
 )
 from streams.core.routing.directory import HotKeyNotice, decode_notice, notice_schema
 from streams.core.routing.hashing import kafka_partition
+from streams.core.routing.maps import in_force_and_next
+from streams.core.routing.router import RoutingMap
+from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.clients import new_consumer
+from streams.kafka.maps import read_maps
 
 __all__ = ["Monitor", "NoticeFold", "PartitionStat", "Snapshot", "partition_stats", "notice_display"]
 
@@ -136,10 +146,12 @@ def partition_stats(ends: Mapping[int, int], committed: Mapping[int, int], previ
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One look at the hot-keys and events topics; see the module docstring.
+    """One look at the hot-keys, events and routing-maps topics; see the module docstring.
 
     ``*_found`` is False when that topic does not exist (its fields are then empty);
-    ``elapsed_s`` is the time the rates cover (None on a monitor's first snapshot).
+    ``elapsed_s`` is the time the rates cover (None on a monitor's first snapshot);
+    ``map_in_force`` is the routing map in force at ``taken_at_ms`` and ``next_map``
+    the next one scheduled (None when the routing-maps topic holds none).
     """
 
     taken_at_ms: int
@@ -154,6 +166,9 @@ class Snapshot:
     group: str
     partitions: tuple[PartitionStat, ...]
     elapsed_s: float | None
+    routing_maps_topic: str = ""
+    map_in_force: RoutingMap | None = None
+    next_map: RoutingMap | None = None
 
     @property
     def total_rate(self) -> float | None:
@@ -185,22 +200,37 @@ class Snapshot:
                 "partitions": [{"partition": s.partition, "end_offset": s.end_offset, "rate": s.rate,
                                 "committed": s.committed, "lag": s.lag} for s in self.partitions],
             },
+            "routing_maps": {"topic": self.routing_maps_topic, "in_force": _map_record(self.map_in_force),
+                             "next": _map_record(self.next_map)},
         }
+
+
+def _map_record(m: RoutingMap | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {**m.to_record(), "first_bucket_utc": _utc_text(m.first_bucket_ms)}
+
+
+def _utc_text(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- the edge: reading the cluster -----------------------------------------------------------------
 
 
 class Monitor:
-    """Takes snapshots of ``hot_keys_topic`` and ``events_topic`` (lag for ``group``) on one cluster.
+    """Takes snapshots of ``hot_keys_topic``, ``events_topic`` (lag for ``group``) and ``routing_maps_topic``.
 
     ``client_config`` is a confluent-kafka config. Each call waits at most about
     ``timeout_s`` per request. Use as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, client_config: Mapping[str, Any], *, events_topic: str, hot_keys_topic: str, group: str,
-                 timeout_s: float = 10.0) -> None:
+                 routing_maps_topic: str = TopicNames().routing_maps, timeout_s: float = 10.0) -> None:
         self.events_topic = events_topic
+        self.routing_maps_topic = routing_maps_topic
+        self._client_config = dict(client_config)
+        self._maps: tuple[int | None, list[RoutingMap]] = (None, [])  # (end offset read at, the history)
         self.hot_keys_topic = hot_keys_topic
         self.group = group
         self.timeout_s = timeout_s
@@ -246,12 +276,31 @@ class Monitor:
         except KafkaException as exc:
             raise self._error("reading offsets failed", exc) from None
         committed = self._committed(event_parts or [])
+        in_force, next_map = in_force_and_next(self._history(_partitions(topics, self.routing_maps_topic)),
+                                               taken_at_ms)
         previous, elapsed = (None, None) if self._previous is None else (self._previous[1], now - self._previous[0])
         self._previous = (now, ends)
         return Snapshot(taken_at_ms, self.hot_keys_topic, hot_parts is not None, self._fold.current(),
                         self._fold.records, self._fold.tombstones, self._fold.malformed,
                         self.events_topic, event_parts is not None, self.group,
-                        partition_stats(ends, committed, previous, elapsed), elapsed)
+                        partition_stats(ends, committed, previous, elapsed), elapsed,
+                        self.routing_maps_topic, in_force, next_map)
+
+    def _history(self, parts: list[int] | None) -> list[RoutingMap]:
+        """The routing-map history, read again only when the topic's end offset moved; [] if it is missing."""
+        if parts is None:
+            self._maps = (None, [])
+            return []
+        try:
+            end = sum(self._watermarks(self.routing_maps_topic, p)[1] for p in parts)
+        except KafkaException as exc:
+            raise self._error("reading offsets failed", exc) from None
+        if end != self._maps[0]:
+            try:
+                self._maps = (end, read_maps(self._client_config, self.routing_maps_topic, timeout_s=self.timeout_s))
+            except TopicNotFoundError:  # deleted since the metadata was read
+                self._maps = (None, [])
+        return self._maps[1]
 
     def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         low, high = self._reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout_s)
