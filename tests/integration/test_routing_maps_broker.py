@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 import pytest
 from confluent_kafka import Producer
@@ -19,6 +20,7 @@ from streams.core.serde import JsonCodec
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.maps import RoutingMapFollower, publish_map, read_maps
+from streams.kafka.monitor import Monitor
 from streams.kafka.producer import RoutingProducer
 
 MINUTE = 60_000
@@ -208,3 +210,39 @@ def test_streams_produce_follows_the_routing_map_history_of_a_grown_topic(
     codec = JsonCodec("event")
     assert len(got) == 300
     assert all(m.partition() == v1.partition_of(codec.decode(m.value())["key"]) for m in got)
+
+
+def test_a_monitor_snapshot_shows_the_map_in_force_and_the_next_one_and_streams_monitor_prints_them(
+        kafka_bootstrap: str, make_topic: Callable[..., str], maps_topic: str) -> None:
+    config = {"bootstrap.servers": kafka_bootstrap}
+    events = make_topic("ev", partitions=4)
+    hot = make_topic("hot", partitions=1, config=COMPACT)
+    now = int(time.time() * 1000)
+    v1 = RoutingMap(version=1, partitions=4, topic=events)
+    v2 = RoutingMap(version=2, partitions=6, topic=events, placement="jump", hash="xxh3",
+                    first_bucket_ms=next_bucket(now, 60))
+    with Monitor(config, events_topic=events, hot_keys_topic=hot, group="g",
+                 routing_maps_topic=maps_topic + "-missing") as missing:
+        snap = missing.snapshot()
+        assert (snap.map_in_force, snap.next_map) == (None, None)  # no topic: nothing to show, no error
+    with Monitor(config, events_topic=events, hot_keys_topic=hot, group="g", routing_maps_topic=maps_topic) as monitor:
+        assert (monitor.snapshot().map_in_force, monitor.snapshot().next_map) == (None, None)  # empty
+        publish_map(config, maps_topic, v1, bucket_width_ms=MINUTE)
+        publish_map(config, maps_topic, v2, bucket_width_ms=MINUTE)
+        snap = monitor.snapshot()
+        assert (snap.map_in_force, snap.next_map) == (v1, v2)
+        record = snap.to_record()["routing_maps"]
+        assert record["in_force"]["version"] == 1 and record["next"]["partitions"] == 6
+        assert record["next"]["first_bucket_utc"] == datetime.fromtimestamp(
+            v2.first_bucket_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
+    result = subprocess.run([sys.executable, "-m", "streams.cli", "monitor", "--bootstrap-server", kafka_bootstrap,
+                             "--hot-keys-topic", hot, "--events-topic", events, "--routing-maps-topic", maps_topic,
+                             "--once", "--interval", "100ms"], capture_output=True, text=True, timeout=120, env=clean)
+    assert result.returncode == 0, result.stderr
+    lines = {name: line[len(name):].strip() for line in result.stdout.splitlines()
+             for name in ("routing map", "next routing map") if line.startswith(name + " ")}
+    assert lines["routing map"].startswith(f"v1: 4 partitions, mod + murmur2, {events}, since 1970-01-01 00:00:00Z")
+    when = datetime.fromtimestamp(v2.first_bucket_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    assert lines["next routing map"].startswith(f"v2: 6 partitions, jump + xxh3, {events}, from {when} (in ")
