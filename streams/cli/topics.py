@@ -1,6 +1,14 @@
-"""``streams topics create|describe|roll``: the project's topics, and topic-per-bucket housekeeping.
+"""``streams topics create|describe|roll|grow``: the project's topics, topic-per-bucket housekeeping, growth.
 
-The work is in :mod:`streams.kafka.admin`; this module parses flags and prints.
+The work is in :mod:`streams.kafka.admin` and :mod:`streams.kafka.maps`, the
+arithmetic of a grow in :mod:`streams.core.routing.growth`; this module parses flags,
+reads the clock and prints. ``roll`` exits 1 when it kept an expired topic that was
+not safe to delete (after doing everything else; 0 with ``--dry-run``), so a cron job
+notices a worker that falls behind. ``grow`` prints its plan, then (unless
+``--dry-run``) publishes routing map v1 from the settings if the routing-maps topic is
+empty, adds the partitions (stage-1 changelog first) and publishes the new map; a
+run stopped half-way can be run again with the same count (topics already at the
+count are left alone).
 """
 
 from __future__ import annotations
@@ -8,7 +16,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
 from typing import Any
+
+import orjson
 
 from streams.cli import (
     HelpFormatter,
@@ -21,17 +34,26 @@ from streams.cli import (
 )
 from streams.cli.replay import instant_ms
 from streams.core.config import ProducerSettings, TopicNames, WorkerSettings, load
-from streams.core.errors import ConfigError
-from streams.core.routing.router import BUCKET_PLACEHOLDER
+from streams.core.errors import ConfigError, HotKeyNoticeError, RoutingMapError
+from streams.core.hotkeys.sketch import SketchSummary
+from streams.core.routing.growth import SYNTHETIC_KEYS, GrowthPlan, plan_growth, sketch_weights
+from streams.core.routing.router import BUCKET_PLACEHOLDER, RoutingMap
+from streams.core.simulate import read_keys
 from streams.core.time.buckets import TimeBuckets
 from streams.core.validate import require_duration
 from streams.kafka.admin import (
     RollResult,
+    TopicInfo,
+    TopicNotFoundError,
+    add_partitions,
     describe_topics,
     ensure_topics,
+    list_topic_names,
     project_topic_specs,
     roll_bucket_topics,
 )
+from streams.kafka.maps import publish_map, read_maps
+from streams.kafka.replay import read_topic
 
 NAME = "topics"
 _ROLES = tuple(f.name for f in dataclasses.fields(TopicNames))
@@ -42,6 +64,7 @@ examples:
   streams topics describe --json
   streams topics describe some-topic other-topic
   streams topics roll --template 'events.{bucket}' --bucket-width 1h --ahead 2 --retention 1d --dry-run
+  streams topics grow --partitions 16 --dry-run
 
 Topic names come from the configuration (TopicNames: $STREAMS_<ROLE>, [topics] in
 $STREAMS_CONFIG) unless given with --<role>-topic. hot-keys and aggregates
@@ -50,11 +73,12 @@ are compacted; the others use the delete policy.
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``topics`` and its ``create``, ``describe`` and ``roll`` subcommands to ``subparsers``."""
+    """Add ``topics`` and its ``create``, ``describe``, ``roll`` and ``grow`` subcommands to ``subparsers``."""
     parser = subparsers.add_parser(
-        NAME, help="create, describe and roll the project's topics",
-        description="Create the project's topics with the right configs, describe them, or roll "
-                    "topic-per-bucket topics (create ahead, delete expired).",
+        NAME, help="create, describe, roll and grow the project's topics",
+        description="Create the project's topics with the right configs, describe them, roll "
+                    "topic-per-bucket topics (create ahead, delete expired ones once consumed), or grow the "
+                    "events topic under a new routing map.",
         epilog=_EPILOG, formatter_class=HelpFormatter)
     actions = parser.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
 
@@ -120,25 +144,58 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                            "(default: now)")
     roll.add_argument("--dry-run", action="store_true", help="list what would be created and deleted; change nothing")
     roll.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_name_arguments(roll, ("events", "routing_maps"))
+    _add_grow_parser(actions)
     return parser
 
 
-def _add_name_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_grow_parser(actions: argparse._SubParsersAction) -> None:
+    grow = actions.add_parser(
+        "grow", help="add partitions to the events topic and switch the routing map at a later bucket",
+        description="Grow a keyed events topic without a reshuffle: add partitions to the events topic and to "
+                    "the worker's stage-1 changelog (one request, changelog first), then publish routing map "
+                    "version + 1 with the new count, in force from the first bucket starting at or after now + "
+                    "--lead. With a topic template ({bucket}) only the map changes: 'topics roll' creates later "
+                    "bucket topics with the new count. The routing-maps topic starts with version 1 from the "
+                    "settings if it is empty. Refused: a count that is not above the current one; 'mod' placement "
+                    "without --allow-reshuffle (it moves about 1 - gcd(n, m)/m of the keys, 'jump' 1 - n/m). "
+                    "--dry-run prints the plan (exit 1 if the real run would be refused).",
+        epilog="examples:\n  streams topics grow --partitions 16 --dry-run\n"
+               "  streams topics grow --partitions 16 --keys keys.txt --lead 5m",
+        formatter_class=HelpFormatter)
+    add_kafka_arguments(grow)
+    grow.add_argument("--partitions", type=positive_int, required=True, metavar="N",
+                      help="the new partition count (more than the current one)")
+    grow.add_argument("--lead", type=duration_ms, metavar="DURATION",
+                      help="the new map applies from the first bucket starting at least this long from now "
+                           "(default: one bucket width + grace; at least grace + 1s)")
+    grow.add_argument("--bucket-width", metavar="WIDTH", help="the producers' bucket width (default: 1m)")
+    grow.add_argument("--keys", metavar="FILE",
+                      help="a key sample, one key per line (repeats weigh the traffic figure); default: the heavy "
+                           "keys of the latest hot-key sketches, else a synthetic uniform sample")
+    grow.add_argument("--allow-reshuffle", action="store_true",
+                      help="grow a 'mod' placement anyway (most keys move partition, and their state with them)")
+    grow.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    grow.add_argument("--json", action="store_true", help="print the plan as JSON")
+    _add_name_arguments(grow, ("events", "routing_maps", "sketches"))
+
+
+def _add_name_arguments(parser: argparse.ArgumentParser, roles: tuple[str, ...] = _ROLES) -> None:
     group = parser.add_argument_group("topic names (default: from the configuration)")
     defaults = TopicNames()
-    for role in _ROLES:
+    for role in roles:
         group.add_argument(f"--{role.replace('_', '-')}-topic", dest=f"topic_{role}", metavar="NAME",
                            help=f"(default: {getattr(defaults, role)})")
 
 
 def _names(args: argparse.Namespace) -> TopicNames:
-    given = {role: getattr(args, f"topic_{role}") for role in _ROLES if getattr(args, f"topic_{role}") is not None}
+    given = {role: getattr(args, f"topic_{role}") for role in _ROLES if getattr(args, f"topic_{role}", None) is not None}
     return load(TopicNames, **given)
 
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the action; raises TopicAdminError / ConfigError for what goes wrong."""
-    return {"create": _create, "describe": _describe, "roll": _roll}[args.topics_command](args)
+    return {"create": _create, "describe": _describe, "roll": _roll, "grow": _grow}[args.topics_command](args)
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -180,18 +237,21 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _roll(args: argparse.Namespace) -> int:
-    template = args.template or load(TopicNames).events
+    names = _names(args)
+    template = args.template or names.events
     if BUCKET_PLACEHOLDER not in template:
         raise ConfigError(f"give --template: the events topic {template!r} holds no {BUCKET_PLACEHOLDER}")
-    settings = load(ProducerSettings, **({"bucket_width": args.bucket_width} if args.bucket_width else {}))
+    settings = load(ProducerSettings, **_width(args))
     worker = load(WorkerSettings)
     buckets = TimeBuckets(settings.bucket_width, grace=worker.grace if args.grace is None else args.grace)
     retention_ms = args.retention
     if retention_ms is None:
         retention_ms = require_duration("retention (from the worker settings)", worker.retention)
     group = args.group or worker.app_id
-    result = roll_bucket_topics(kafka_client_config(args), template, buckets, ahead=args.ahead,
-                                retention_ms=retention_ms, partitions=args.partitions or settings.partitions,
+    config = kafka_client_config(args)
+    result = roll_bucket_topics(config, template, buckets, ahead=args.ahead, retention_ms=retention_ms,
+                                partitions=args.partitions or settings.partitions,
+                                maps=_history(config, names.routing_maps, buckets, args.timeout, missing_ok=True),
                                 group=group, replication_factor=args.replication_factor, now_ms=args.now,
                                 dry_run=args.dry_run, timeout_s=args.timeout)
     refused = result.plan.refused
@@ -235,3 +295,131 @@ def _human_ms(ms: int | None) -> str:
         if ms >= size and ms % size == 0:
             return f"{ms // size}{unit}"
     return f"{ms}ms"
+
+
+# --- grow -------------------------------------------------------------------------------------------
+
+#: How far back grow looks for hot-key sketch summaries.
+SKETCH_LOOKBACK_MS = 300_000
+
+
+def _history(config: dict[str, Any], topic: str, buckets: TimeBuckets, timeout_s: float, *,
+             missing_ok: bool = False) -> list[RoutingMap]:
+    try:
+        return read_maps(config, topic, timeout_s=timeout_s, bucket_width_ms=buckets.width_ms)
+    except TopicNotFoundError:
+        if missing_ok:
+            return []
+        raise TopicNotFoundError(f"the routing-maps topic {topic!r} does not exist: create it with "
+                                 "'streams topics create'") from None
+
+
+def _grow(args: argparse.Namespace) -> int:
+    names, producer, worker = _names(args), load(ProducerSettings, **_width(args)), load(WorkerSettings)
+    config, buckets = kafka_client_config(args), TimeBuckets(producer.bucket_width, grace=producer.grace)
+    per_bucket = BUCKET_PLACEHOLDER in names.events
+    changelog = f"{worker.app_id}-stage1-changelog"
+    history = _history(config, names.routing_maps, buckets, args.timeout)
+    infos = {} if per_bucket else {i.name: i for i in describe_topics(config, [changelog, names.events],
+                                                                      timeout_s=args.timeout)}
+    if not per_bucket and not infos[names.events].exists:
+        raise TopicNotFoundError(f"the events topic {names.events!r} does not exist")
+    topic_count = producer.partitions if per_bucket else infos[names.events].partitions
+    current = max(history, key=lambda m: m.version) if history else RoutingMap(
+        version=1, partitions=topic_count, topic=names.events, placement=producer.placement, hash=producer.hash)
+    now = int(time.time() * 1000)
+    keys, weights, other, sources = _samples(args, config, names.sketches, now)
+    plan = plan_growth(current, args.partitions, now_ms=now, buckets=buckets, lead_ms=args.lead, keys=keys,
+                       weights=weights, other_weight=other)
+    if not per_bucket and topic_count > args.partitions:
+        raise RoutingMapError(f"cannot grow {names.events!r} to {args.partitions} partitions: it has {topic_count} "
+                              "already, and Kafka cannot remove partitions")
+    grown = {} if per_bucket else {name: max(args.partitions, info.partitions or 0)
+                                   for name, info in infos.items() if info.exists}
+    refusal = None
+    if current.placement == "mod" and not args.allow_reshuffle:
+        refusal = (f"refusing to grow {current.topic!r}: placement 'mod' moves about {plan.expected_fraction:.0%} "
+                   f"of the keys from {current.partitions} to {args.partitions} partitions ({plan.key_fraction:.1%} "
+                   "of the sample), and their state with them; give --allow-reshuffle to do it anyway")
+    if not args.dry_run and refusal is None:
+        if not history:
+            publish_map(config, names.routing_maps, current, events_partitions=None if per_bucket else topic_count,
+                        bucket_width_ms=buckets.width_ms, now_ms=now, timeout_s=args.timeout)
+        if grown:
+            add_partitions(config, grown, timeout_s=args.timeout)
+        publish_map(config, names.routing_maps, plan.new, events_partitions=None if per_bucket else args.partitions,
+                    bucket_width_ms=buckets.width_ms, timeout_s=args.timeout)
+    notes = [f"{changelog} does not exist: skipped" if not per_bucket and changelog not in grown else "",
+             "a topic template: only the map changes ('topics roll' creates later bucket topics with "
+             f"{args.partitions} partitions)" if per_bucket else "",
+             "" if history else "the routing-maps topic was empty: v1 comes from the settings"]
+    _print_grow(args, plan, infos, grown, sources, [n for n in notes if n], refusal)
+    if refusal is not None:
+        print(f"streams: error: {refusal}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _width(args: argparse.Namespace) -> dict[str, str]:
+    return {"bucket_width": args.bucket_width} if args.bucket_width else {}
+
+
+def _samples(args: argparse.Namespace, config: dict[str, Any], sketches: str, now_ms: int
+             ) -> tuple[list[str] | None, dict[str, float] | None, float, tuple[str, str]]:
+    """The key sample, the traffic weights, the unexplained rate, and where the key and traffic figures come from."""
+    if args.keys:
+        found = read_keys(args.keys)
+        counts = Counter(found.keys)
+        return (list(counts), dict(counts), 0.0,
+                (f"keys file {found.source} ({len(counts):,} distinct keys)", "occurrences in the keys file"))
+    # Look before reading: asking for one missing topic's metadata may make the broker create it.
+    records = (read_topic(config, sketches, start_ms=now_ms - SKETCH_LOOKBACK_MS, timeout_s=args.timeout)
+               if sketches in list_topic_names(config, timeout_s=args.timeout) else [])
+    summaries = []
+    for msg in records:
+        try:
+            summaries.append(SketchSummary.from_record(orjson.loads(msg.value())))
+        except (orjson.JSONDecodeError, HotKeyNoticeError, TypeError, ValueError):
+            continue  # not a summary: the decider skips it too
+    rates, rest = sketch_weights(summaries)
+    if not rates:
+        return None, None, 0.0, (f"synthetic uniform sample of {SYNTHETIC_KEYS:,} keys",
+                                 f"unknown: no hot-key sketch summary on {sketches!r} in the last 5 minutes")
+    return (list(rates), rates, rest,
+            (f"heavy keys of the latest hot-key sketches ({len(rates):,} keys)",
+             f"hot-key sketch rates ({sum(rates.values()) + rest:,.0f} events/s; the rate of unlisted keys "
+             "counted at the uniform expectation)"))
+
+
+def _print_grow(args: argparse.Namespace, plan: GrowthPlan, infos: dict[str, TopicInfo], grown: dict[str, int],
+                sources: tuple[str, str], notes: list[str], refusal: str | None) -> None:
+    current, new = plan.current, plan.new
+    topics = [(name, infos[name].partitions, total) for name, total in grown.items()]
+    if args.json:
+        print_json({"dry_run": args.dry_run, "refused": refusal, "current": current.to_record(), "new": new.to_record(),
+                    "effective_bucket": plan.effective_label, "effective_ms": new.first_bucket_ms,
+                    "lead_ms": plan.lead_ms, "sampled_keys": plan.sampled_keys, "moved_keys": plan.moved_keys,
+                    "key_fraction": plan.key_fraction, "key_source": sources[0],
+                    "traffic_fraction": plan.traffic_fraction, "traffic_source": sources[1],
+                    "expected_fraction": plan.expected_fraction,
+                    "topics": [{"name": n, "partitions": old, "new_partitions": total} for n, old, total in topics],
+                    "notes": notes})
+        return
+    traffic = "-" if plan.traffic_fraction is None else f"{plan.traffic_fraction:.1%}"
+    rows = [("routing map", f"v{current.version}", f"v{new.version}"),
+            ("partitions", current.partitions, new.partitions),
+            ("placement/hash", f"{current.placement}/{current.hash}", f"{new.placement}/{new.hash}"),
+            ("first bucket", _utc(current.first_bucket_ms), f"{plan.effective_label} ({_utc(new.first_bucket_ms)}, "
+                                                            f"lead {_human_ms(plan.lead_ms)})"),
+            *[(f"topic {name}", old, total) for name, old, total in topics],
+            ("keys moved", "", f"{plan.key_fraction:.1%} ({plan.moved_keys:,} of {plan.sampled_keys:,}: "
+                               f"{sources[0]})"),
+            ("traffic moved", "", f"{traffic} ({sources[1]})"),
+            ("uniform expectation", "", f"{plan.expected_fraction:.1%} of keys move")]
+    title = f"grow {current.topic} from {current.partitions} to {new.partitions} partitions"
+    status = " - dry run" if args.dry_run else " - refused" if refusal else ""
+    print_table(title + status, ["", "current", "new"], rows, note="\n".join(notes))
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
