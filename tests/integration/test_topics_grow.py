@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -68,11 +70,12 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, make_topic: Callable[..., str]):  # type: ignore[no-untyped-def]
+def fleet(kafka_bootstrap: str, make_topic: Callable[..., str]) -> Iterator[Callable[..., Fleet]]:
+    """Makes a Fleet (keyword arguments as Fleet's); its changelog topic is deleted afterwards."""
     made: list[Fleet] = []
 
-    def make(**kwargs: object) -> Fleet:
-        made.append(Fleet(kafka_bootstrap, make_topic, **kwargs))  # type: ignore[arg-type]
+    def make(**kwargs: Any) -> Fleet:
+        made.append(Fleet(kafka_bootstrap, make_topic, **kwargs))
         return made[-1]
 
     yield make
@@ -104,7 +107,7 @@ def publish_sketches(bootstrap: str, topic: str) -> list[SketchSummary]:
     return summaries
 
 
-def test_dry_run_prints_the_plan_from_the_sketches_and_changes_nothing(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_prints_the_plan_from_the_sketches_and_changes_nothing(fleet: Callable[..., Fleet]) -> None:
     f = fleet(placement="jump", hash_name="xxh3")
     summaries = publish_sketches(f.bootstrap, f.sketches)
     before = int(time.time() * 1000)
@@ -145,7 +148,7 @@ def test_dry_run_prints_the_plan_from_the_sketches_and_changes_nothing(fleet) ->
     assert f.counts() == (6, 6) and read_maps(f.client, f.maps) == []
 
 
-def test_dry_run_without_sketches_uses_a_synthetic_uniform_sample_and_says_so(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_without_sketches_uses_a_synthetic_uniform_sample_and_says_so(fleet: Callable[..., Fleet]) -> None:
     f = fleet(placement="jump", hash_name="xxh3")
     plan = orjson.loads(f.run("--partitions", "8", "--dry-run", "--json").stdout)
     assert plan["key_source"] == "synthetic uniform sample of 100,000 keys"
@@ -153,7 +156,25 @@ def test_dry_run_without_sketches_uses_a_synthetic_uniform_sample_and_says_so(fl
     assert plan["traffic_fraction"] is None and plan["traffic_source"].startswith("unknown: no hot-key sketch")
 
 
-def test_grow_six_to_eight_adds_partitions_to_events_and_changelog_and_publishes_v1_then_v2(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_a_keys_file_is_the_sample_and_its_repeats_weigh_the_traffic(
+        fleet: Callable[..., Fleet], tmp_path: Path) -> None:
+    f = fleet(placement="jump", hash_name="xxh3")
+    keys = [f"user-{i}" for i in range(2000)]
+    heavy = keys[:20]
+    path = tmp_path / "keys.txt"
+    path.write_text("\n".join(keys + heavy * 50) + "\n\n")  # the first 20 keys carry a third of the lines
+    plan = orjson.loads(f.run("--partitions", "8", "--dry-run", "--json", "--keys", str(path)).stdout)
+    v1 = RoutingMap(version=1, partitions=6, topic=f.events, placement="jump", hash="xxh3")
+    v2 = RoutingMap(version=2, partitions=8, topic=f.events, placement="jump", hash="xxh3")
+    moved = {k for k in keys if v1.partition_of(k) != v2.partition_of(k)}
+    assert (plan["sampled_keys"], plan["moved_keys"]) == (2000, len(moved))
+    lines_moved = len(moved) + 50 * len(moved & set(heavy))
+    assert plan["traffic_fraction"] == pytest.approx(lines_moved / (2000 + 50 * 20))
+    assert plan["key_source"] == f"keys file {path} (2,000 distinct keys)"
+    assert f.counts() == (6, 6) and read_maps(f.client, f.maps) == []
+
+
+def test_grow_six_to_eight_adds_partitions_to_events_and_changelog_and_publishes_v1_then_v2(fleet: Callable[..., Fleet]) -> None:
     f = fleet(placement="jump", hash_name="xxh3")
     before = int(time.time() * 1000)
     result = f.run("--partitions", "8", "--json")
@@ -176,7 +197,7 @@ def test_grow_six_to_eight_adds_partitions_to_events_and_changelog_and_publishes
     assert f.counts() == (8, 8) and read_maps(f.client, f.maps) == history
 
 
-def test_a_shrink_is_refused_with_the_reason_and_changes_nothing(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_a_shrink_is_refused_with_the_reason_and_changes_nothing(fleet: Callable[..., Fleet]) -> None:
     f = fleet(placement="jump", hash_name="xxh3")
     line = one_error_line(f.run("--partitions", "4"))
     assert f"cannot grow {f.events!r} from 6 to 4 partitions: Kafka cannot remove partitions" in line
@@ -184,7 +205,7 @@ def test_a_shrink_is_refused_with_the_reason_and_changes_nothing(fleet) -> None:
     assert f.counts() == (6, 6) and read_maps(f.client, f.maps) == []
 
 
-def test_mod_growth_is_refused_without_allow_reshuffle_and_a_missing_changelog_is_skipped(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_mod_growth_is_refused_without_allow_reshuffle_and_a_missing_changelog_is_skipped(fleet: Callable[..., Fleet]) -> None:
     f = fleet(placement="mod", hash_name="murmur2", changelog=False)
     refused = f.run("--partitions", "8")
     line = one_error_line(refused)
