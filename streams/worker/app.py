@@ -39,6 +39,7 @@ partition.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import ssl
@@ -49,7 +50,7 @@ from typing import Any
 
 import faust
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streams.core.config import (
     KafkaSettings,
@@ -68,12 +69,13 @@ from streams.core.hotkeys.decider import BalanceDecider, Decision, max_over_mean
 from streams.core.hotkeys.sketch import SketchSummary, merge_summaries
 from streams.core.routing.directory import HotKeyNotice, encode_notice, notice_headers
 from streams.core.routing.hashing import canonical_key
-from streams.core.routing.placement import make_placer
+from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.core.validate import BUCKET_PLACEHOLDER
 from streams.kafka.admin import TopicAdminError, broker_count, ensure_topics, list_topic_names, project_topic_specs
 from streams.kafka.clients import new_producer
+from streams.kafka.maps import RoutingMapFollower
 from streams.kafka.metrics import WorkerMetrics
 from streams.kafka.monitor import Monitor
 from streams.worker import faust_patches
@@ -164,6 +166,8 @@ def _ssl_context(props: Any) -> ssl.SSLContext:
 
 
 TICK_S = float(os.environ.get("STREAMS_TICK_S", "0.25"))
+#: How often the worker's consumer refreshes metadata, so added partitions join within about this long.
+METADATA_MAX_AGE_MS = 5_000
 
 worker_settings = load(WorkerSettings)
 kafka_settings = load(KafkaSettings)
@@ -187,6 +191,9 @@ app = faust.App(
     broker_heartbeat_interval=max(1.0, worker_settings.session_timeout_s / 3),
     table_standby_replicas=0,
     consumer_auto_offset_reset="earliest",
+    # How soon the group notices partitions `streams topics grow` added (aiokafka rebalances on a
+    # changed partition count at its next metadata refresh; faust's default waits 5 minutes).
+    consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
     # Records are acknowledged after the flush that covers them (see _flush_and_ack);
     # a stop or rebalance must not wait for acks that only the next tick would give.
     # What was not acknowledged is read again and recognised as a duplicate.
@@ -249,6 +256,7 @@ def _on_write(err: Any, _msg: Any) -> None:
 def _write(topic: str, key: bytes, value: bytes | None, partition: int | None = None,
            headers: list[tuple[str, bytes]] | None = None) -> None:
     writer = _writer()
+    unknown_until = None
     while True:
         try:
             if partition is None:
@@ -258,6 +266,15 @@ def _write(topic: str, key: bytes, value: bytes | None, partition: int | None = 
             break
         except BufferError:
             writer.poll(0.05)  # local queue full: serve delivery reports to drain it
+        except KafkaException as exc:
+            # A partition added by `streams topics grow` that librdkafka's cached metadata
+            # does not show yet: refresh it (for up to 30 s) rather than fail the write.
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+            unknown_until = unknown_until or time.monotonic() + 30
+            if time.monotonic() > unknown_until:
+                raise DeliveryError(f"topic {topic!r} has no partition {partition} after 30 s of metadata refreshes")
+            writer.list_topics(topic, timeout=5)
     writer.poll(0)
 
 
@@ -274,10 +291,35 @@ processor = EventProcessor(worker_settings, Stage1Store(stage1_table.data, _chan
                            instance=instance_id)
 merger = PartialMerger(stage2_table.data, _changelog(stage2_table),
                        _buckets, parse_duration(worker_settings.retention, "retention"))
-_home = make_placer(worker_settings.hash, worker_settings.placement, worker_settings.partitions)
-decider = BalanceDecider(worker_settings.balance_policy(), home=lambda key: _home(canonical_key(key)))
+# The fleet's routing-map history: the settings' map as version 1, later versions from the
+# routing-maps topic (followed from worker start on). The decider plans against the map in
+# force now (its partition count and each key's hash home); stage 1 needs no map.
+router = Router(_buckets, [RoutingMap(version=1, partitions=worker_settings.partitions, topic=topic_names.events,
+                                      placement=worker_settings.placement, hash=worker_settings.hash)])
+maps_follower = RoutingMapFollower(router, kafka_settings.client_config(), topic_names.routing_maps)
+
+
+def map_in_force() -> RoutingMap:
+    """The routing map whose buckets are being produced now (by the wall clock)."""
+    return router.map_for(int(time.time() * 1000))
+
+
+decider = BalanceDecider(worker_settings.balance_policy(), home=lambda key: map_in_force().partition_of(key))
+
+
+def _follow_map_in_force() -> RoutingMap:
+    """The map in force; the decider's partition count follows it (a grown topic has more)."""
+    routing_map = map_in_force()
+    if decider.policy.partitions != routing_map.partitions:
+        log.info("routing map v%d in force: the decider plans over %d partitions", routing_map.version,
+                 routing_map.partitions)
+        decider.policy = dataclasses.replace(decider.policy, partitions=routing_map.partitions)
+    return routing_map
 _directory_known = False  # has this instance read back the published directory since it took the sketches partition?
 _summaries: dict[str, SketchSummary] = {}
+
+
+_maps_followed = False
 
 
 @app.on_worker_init.connect
@@ -294,6 +336,10 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
         for table in (stage1_table, stage2_table):
             changelog = table.changelog_topic  # already built: set the config it will be declared with
             changelog.config = {**(changelog.config or {}), "min.insync.replicas": "2"}
+    global _maps_followed
+    if not _maps_followed:  # faust sends this signal twice
+        _maps_followed = True
+        maps_follower.start()
     if bucket_topics is not None:  # subscribe to the bucket topics that exist from the first subscription on
         bucket_topics.apply(bucket_topics.wanted())
     if worker_settings.metrics_port:
@@ -481,7 +527,7 @@ def _published_directory() -> dict[str, tuple[int, ...]]:
     return {n.key_display: n.placement for n in notices if n.key_display and canonical_key(n.key_display) == n.key}
 
 
-def _publish(decision: Decision, now_s: float) -> None:
+def _publish(decision: Decision, now_s: float, routing_map: RoutingMap) -> None:
     """Write one directory change to the hot-keys topic: a placement notice, or a tombstone for a key sent home."""
     key = canonical_key(decision.key)
     if decision.kind == "retired":
@@ -490,8 +536,8 @@ def _publish(decision: Decision, now_s: float) -> None:
     now_ms = int(now_s * 1000)
     notice = HotKeyNotice(
         key=key, key_display=decision.key, placement=decision.partitions, home=decision.home,
-        estimated_rate=decision.rate, share=decision.share, partitions=worker_settings.partitions,
-        detected_at_ms=now_ms, hot_since_ms=min(now_ms, int(decision.since_s * 1000)), map_version=1,
+        estimated_rate=decision.rate, share=decision.share, partitions=routing_map.partitions,
+        detected_at_ms=now_ms, hot_since_ms=min(now_ms, int(decision.since_s * 1000)), map_version=routing_map.version,
         detector=instance_id[:1024])
     _write(topic_names.hot_keys, key, encode_notice(notice), headers=notice_headers())
 
@@ -517,13 +563,14 @@ async def decide_hot_keys(stream: Any) -> None:
         for stale in set(_summaries) - set(view.instances):
             _summaries.pop(stale, None)
         rates = view.partition_rates
-        if len(rates) == worker_settings.partitions:
+        routing_map = _follow_map_in_force()
+        if len(rates) == routing_map.partitions:
             metrics.observe_balance(max_over_mean([rates[p] for p in sorted(rates)]))
         if view.total < worker_settings.hot_min_window_events:
             continue  # too few events in the window for rates to mean anything yet
         decisions = decider.decide(view, now_s)
         for decision in decisions:
-            _publish(decision, now_s)
+            _publish(decision, now_s, routing_map)
             metrics.decision(decision)
             log.info("directory %s: %r -> partitions %s (%.0f events/s, %.1f%% of traffic, home %d)", decision.kind,
                      decision.key[:100], list(decision.partitions), decision.rate, 100 * decision.share, decision.home)
