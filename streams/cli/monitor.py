@@ -32,6 +32,7 @@ from streams.cli import (
 from streams.core.config import TopicNames, WorkerSettings, load
 from streams.core.errors import StreamsError
 from streams.core.routing.router import RoutingMap
+from streams.core.time.buckets import TimeBuckets
 from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.monitor import Monitor, Snapshot, notice_display
 
@@ -56,6 +57,7 @@ line per interval.
 
 _HOT_HEADERS = ("key", "home", "partitions", "rate/s", "share", "placed since", "decider")
 _PARTITION_HEADERS = ("partition", "end offset", "msgs/s", "committed", "lag")
+_BUCKET_HEADERS = ("bucket topic", "bucket", "partitions", "end offset", "lag")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -91,9 +93,11 @@ def run(args: argparse.Namespace) -> int:
     names = load(TopicNames, **{role: value for role, value in (("hot_keys", args.hot_keys_topic),
                                                                 ("events", args.events_topic),
                                                                 ("routing_maps", args.routing_maps_topic)) if value})
-    group = args.group or load(WorkerSettings).app_id
+    worker = load(WorkerSettings)
+    group = args.group or worker.app_id
     with Monitor(kafka_client_config(args), events_topic=names.events, hot_keys_topic=names.hot_keys, group=group,
-                 routing_maps_topic=names.routing_maps, timeout_s=args.timeout) as monitor:
+                 routing_maps_topic=names.routing_maps, buckets=TimeBuckets(worker.bucket_width, grace=worker.grace),
+                 timeout_s=args.timeout) as monitor:
         snapshot = monitor.snapshot()  # the first look decides: an unreachable cluster is an error
         if args.once:
             for topic, found in ((snapshot.hot_keys_topic, snapshot.hot_keys_found),
@@ -220,11 +224,17 @@ def _partition_rows(s: Snapshot) -> list[tuple[object, ...]]:
     return [(p.partition, p.end_offset, p.rate, p.committed, p.lag) for p in s.partitions]
 
 
+def _bucket_rows(s: Snapshot) -> list[tuple[object, ...]]:
+    return [(t.topic, t.bucket, t.partitions, t.end_offset, t.lag) for t in s.bucket_topics]
+
+
 def _print_plain(s: Snapshot, top: int) -> None:
     print_fields("streams monitor", _summary(s))
     hot, note = _hot_rows(s, top)
     print_table("hot keys", _HOT_HEADERS, hot, note=note or ("no hot keys" if not hot else ""))
     print_table(f"events partitions, group {s.group}", _PARTITION_HEADERS, _partition_rows(s))
+    if s.bucket_topics:
+        print_table(f"bucket topics, group {s.group}", _BUCKET_HEADERS, _bucket_rows(s))
 
 
 def _render(s: Snapshot, top: int, error: str | None, interval: float) -> Any:
@@ -249,4 +259,6 @@ def _render(s: Snapshot, top: int, error: str | None, interval: float) -> Any:
         parts.append(Text(f"error: {error} (showing the last snapshot)", style="bold red"))
     parts.append(table("hot keys", _HOT_HEADERS, hot, note or ("no hot keys" if not hot else "")))
     parts.append(table(f"events partitions, group {s.group}", _PARTITION_HEADERS, _partition_rows(s)))
+    if s.bucket_topics:
+        parts.append(table(f"bucket topics, group {s.group}", _BUCKET_HEADERS, _bucket_rows(s)))
     return Group(*parts)

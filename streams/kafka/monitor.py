@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -46,11 +46,14 @@ from streams.core.routing.directory import HotKeyNotice, decode_notice, notice_s
 from streams.core.routing.hashing import kafka_partition
 from streams.core.routing.maps import in_force_and_next
 from streams.core.routing.router import RoutingMap
+from streams.core.time.buckets import TimeBuckets
+from streams.core.topicplan import bucket_of_topic
+from streams.core.validate import BUCKET_PLACEHOLDER
 from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.clients import new_consumer
 from streams.kafka.maps import read_maps
 
-__all__ = ["Monitor", "NoticeFold", "PartitionStat", "Snapshot", "partition_stats", "notice_display"]
+__all__ = ["BucketTopicStat", "Monitor", "NoticeFold", "PartitionStat", "Snapshot", "partition_stats", "notice_display"]
 
 _UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
                           KafkaError._RESOLVE})
@@ -144,6 +147,20 @@ def partition_stats(ends: Mapping[int, int], committed: Mapping[int, int], previ
     return tuple(out)
 
 
+class BucketTopicStat(NamedTuple):
+    """One bucket topic of a per-bucket events template: its bucket, size and the group's lag on it.
+
+    ``end_offset`` is summed over its partitions; ``lag`` over the partitions the group
+    has committed (None if it has committed none).
+    """
+
+    topic: str
+    bucket: str
+    partitions: int
+    end_offset: int
+    lag: int | None
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One look at the hot-keys, events and routing-maps topics; see the module docstring.
@@ -152,6 +169,9 @@ class Snapshot:
     ``elapsed_s`` is the time the rates cover (None on a monitor's first snapshot);
     ``map_in_force`` is the routing map in force at ``taken_at_ms`` and ``next_map``
     the next one scheduled (None when the routing-maps topic holds none).
+    ``bucket_topics``: for a per-bucket events template, the bucket topics that exist,
+    oldest bucket first (``partitions`` is then empty and ``events_found`` says
+    whether any exists).
     """
 
     taken_at_ms: int
@@ -169,6 +189,7 @@ class Snapshot:
     routing_maps_topic: str = ""
     map_in_force: RoutingMap | None = None
     next_map: RoutingMap | None = None
+    bucket_topics: tuple[BucketTopicStat, ...] = ()
 
     @property
     def total_rate(self) -> float | None:
@@ -202,6 +223,7 @@ class Snapshot:
             },
             "routing_maps": {"topic": self.routing_maps_topic, "in_force": _map_record(self.map_in_force),
                              "next": _map_record(self.next_map)},
+            "bucket_topics": [t._asdict() for t in self.bucket_topics],
         }
 
 
@@ -226,8 +248,10 @@ class Monitor:
     """
 
     def __init__(self, client_config: Mapping[str, Any], *, events_topic: str, hot_keys_topic: str, group: str,
-                 routing_maps_topic: str = TopicNames().routing_maps, timeout_s: float = 10.0) -> None:
+                 routing_maps_topic: str = TopicNames().routing_maps, buckets: TimeBuckets | None = None,
+                 timeout_s: float = 10.0) -> None:
         self.events_topic = events_topic
+        self.buckets = buckets
         self.routing_maps_topic = routing_maps_topic
         self._client_config = dict(client_config)
         self._maps: tuple[int | None, list[RoutingMap]] = (None, [])  # (end offset read at, the history)
@@ -280,11 +304,30 @@ class Monitor:
                                                taken_at_ms)
         previous, elapsed = (None, None) if self._previous is None else (self._previous[1], now - self._previous[0])
         self._previous = (now, ends)
+        bucket_topics = self._bucket_topics(topics)
         return Snapshot(taken_at_ms, self.hot_keys_topic, hot_parts is not None, self._fold.current(),
                         self._fold.records, self._fold.tombstones, self._fold.malformed,
-                        self.events_topic, event_parts is not None, self.group,
+                        self.events_topic, event_parts is not None or bool(bucket_topics), self.group,
                         partition_stats(ends, committed, previous, elapsed), elapsed,
-                        self.routing_maps_topic, in_force, next_map)
+                        self.routing_maps_topic, in_force, next_map, bucket_topics)
+
+    def _bucket_topics(self, topics: Mapping[str, Any]) -> tuple[BucketTopicStat, ...]:
+        """The existing bucket topics of a per-bucket events template (() for a plain topic or without ``buckets``)."""
+        if self.buckets is None or BUCKET_PLACEHOLDER not in self.events_topic:
+            return ()
+        found = sorted((bucket.index, name, bucket.label) for name in topics
+                       if (bucket := bucket_of_topic(name, self.events_topic, self.buckets)) is not None)
+        out = []
+        for _, name, label in found:
+            parts = _partitions(topics, name) or []
+            try:
+                ends = {p: self._watermarks(name, p)[1] for p in parts}
+                committed = self._group.committed([TopicPartition(name, p) for p in parts], timeout=self.timeout_s)
+            except KafkaException as exc:
+                raise self._error("reading offsets failed", exc) from None
+            lags = [max(0, ends[tp.partition] - tp.offset) for tp in committed if tp.error is None and tp.offset >= 0]
+            out.append(BucketTopicStat(name, label, len(parts), sum(ends.values()), sum(lags) if lags else None))
+        return tuple(out)
 
     def _history(self, parts: list[int] | None) -> list[RoutingMap]:
         """The routing-map history, read again only when the topic's end offset moved; [] if it is missing."""

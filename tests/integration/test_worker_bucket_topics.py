@@ -1,20 +1,27 @@
-"""Topic per bucket, end to end: the worker follows bucket topics as `topics roll` creates them."""
+"""Topic per bucket, end to end: the worker follows bucket topics as `topics roll` creates them, and roll
+deletes an old one only once the worker group has consumed it."""
 
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+from confluent_kafka import Producer
 from test_worker_buckets import aggregates_by_slot, keys_covering_partitions, wait_for_topic
 from worker_harness import TopicReader, running_worker
 
 from streams.core.aggregate import Stats
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.time.buckets import TimeBuckets
-from streams.kafka.admin import list_topic_names, roll_bucket_topics
+from streams.kafka.monitor import Monitor
+from streams.kafka.admin import group_progress, list_topic_names, roll_bucket_topics
 from streams.kafka.producer import RoutingProducer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+from test_worker_faults import wait_until  # noqa: E402
 
 PARTITIONS = 4
 WIDTH_MS = 5_000
@@ -78,3 +85,26 @@ def test_a_worker_on_a_bucket_template_subscribes_to_each_new_bucket_topic_and_a
         existing = set(list_topic_names(client))
         assert set(topics) <= existing, "every bucket had its own topic"
         aggregates.close()
+
+        # Retention: the first bucket topics go once their buckets are closed, past retention and consumed.
+        group = worker.env["STREAMS_APP_ID"]
+        old = topics[:2]
+        wait_until(lambda: all(p.committed == p.end for progress in group_progress(client, group, old).values()
+                               for p in progress), 60, "the worker committed the first bucket topics to their end")
+        with Monitor(client, events_topic=template, hot_keys_topic=names.hot_keys, group=group,
+                     routing_maps_topic=names.routing_maps, buckets=buckets) as monitor:
+            shown = {t.topic: t for t in monitor.snapshot().bucket_topics}
+        assert set(topics) <= set(shown), "the monitor lists every bucket topic"
+        assert all(shown[t].lag == 0 and shown[t].partitions == PARTITIONS for t in old), [shown[t] for t in old]
+        worker.stop()
+        raw = Producer(client)  # one more record in the second topic that no one in the group will read
+        raw.produce(old[1], b"unconsumed", b"k", partition=0)
+        assert raw.flush(10) == 0
+        now = t0 + (BUCKETS + 1) * WIDTH_MS
+        roll = roll_bucket_topics(client, template, buckets, ahead=0, retention_ms=3 * WIDTH_MS,
+                                  partitions=PARTITIONS, group=group, now_ms=now)
+        assert old[0] in roll.deleted and old[1] not in roll.deleted, roll
+        refusal = {r.topic: r.reasons for r in roll.plan.refused}[old[1]]
+        assert any(f"group {group} has not consumed partition 0" in reason for reason in refusal), refusal
+        remaining = set(list_topic_names(client))
+        assert old[0] not in remaining and old[1] in remaining
