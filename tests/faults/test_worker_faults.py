@@ -115,11 +115,6 @@ def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *wor
             (stats.count, stats.sum, stats.min, stats.max), slot
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap (issue 14): in about one run of four the survivor's faust consumer fetches the taken-over "
-    "partitions to their high watermark but never hands their records to the agent (faust drops records "
-    "prefetched under an older consumer generation), so those partitions' buckets never close; the worker "
-    "now logs the stall and counts it in streams_stalled_partitions_reported"))
 def test_one_of_two_workers_killed_mid_stream_and_restarted_leaves_every_aggregate_exact_without_replay(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     """Issue 14, item 4: the survivor must judge the partitions it takes over by their own progress."""
