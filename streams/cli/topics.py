@@ -155,7 +155,7 @@ def _add_grow_parser(actions: argparse._SubParsersAction) -> None:
         description="Grow a keyed events topic without a reshuffle: add partitions to the events topic and to "
                     "the worker's stage-1 changelog (one request, changelog first), then publish routing map "
                     "version + 1 with the new count, in force from the first bucket starting at or after now + "
-                    "--lead. With a topic template ({bucket}) only the map changes: 'topics roll' creates later "
+                    "--lead. With a topic template ({bucket}) the map and the changelog change: 'topics roll' creates later "
                     "bucket topics with the new count. The routing-maps topic starts with version 1 from the "
                     "settings if it is empty. Refused: a count that is not above the current one; 'mod' placement "
                     "without --allow-reshuffle (it moves about 1 - gcd(n, m)/m of the keys, 'jump' 1 - n/m). "
@@ -320,8 +320,10 @@ def _grow(args: argparse.Namespace) -> int:
     per_bucket = BUCKET_PLACEHOLDER in names.events
     changelog = f"{worker.app_id}-stage1-changelog"
     history = _history(config, names.routing_maps, buckets, args.timeout)
-    infos = {} if per_bucket else {i.name: i for i in describe_topics(config, [changelog, names.events],
-                                                                      timeout_s=args.timeout)}
+    # Stage 1 writes each change to the changelog partition of its source partition, so the
+    # changelog grows with the events topic, and with a template ahead of the bucket topics to come.
+    infos = {i.name: i for i in describe_topics(config, [changelog] if per_bucket else [changelog, names.events],
+                                                timeout_s=args.timeout)}
     if not per_bucket and not infos[names.events].exists:
         raise TopicNotFoundError(f"the events topic {names.events!r} does not exist")
     topic_count = producer.partitions if per_bucket else infos[names.events].partitions
@@ -334,8 +336,7 @@ def _grow(args: argparse.Namespace) -> int:
     if not per_bucket and topic_count > args.partitions:
         raise RoutingMapError(f"cannot grow {names.events!r} to {args.partitions} partitions: it has {topic_count} "
                               "already, and Kafka cannot remove partitions")
-    grown = {} if per_bucket else {name: max(args.partitions, info.partitions or 0)
-                                   for name, info in infos.items() if info.exists}
+    grown = {name: max(args.partitions, info.partitions or 0) for name, info in infos.items() if info.exists}
     refusal = None
     if current.placement == "mod" and not args.allow_reshuffle:
         refusal = (f"refusing to grow {current.topic!r}: placement 'mod' moves about {plan.expected_fraction:.0%} "
@@ -349,8 +350,8 @@ def _grow(args: argparse.Namespace) -> int:
             add_partitions(config, grown, timeout_s=args.timeout)
         publish_map(config, names.routing_maps, plan.new, events_partitions=None if per_bucket else args.partitions,
                     bucket_width_ms=buckets.width_ms, timeout_s=args.timeout)
-    notes = [f"{changelog} does not exist: skipped" if not per_bucket and changelog not in grown else "",
-             "a topic template: only the map changes ('topics roll' creates later bucket topics with "
+    notes = [f"{changelog} does not exist: skipped" if changelog not in grown else "",
+             "a topic template: the existing bucket topics keep their count ('topics roll' creates later ones with "
              f"{args.partitions} partitions)" if per_bucket else "",
              "" if history else "the routing-maps topic was empty: v1 comes from the settings"]
     _print_grow(args, plan, infos, grown, sources, [n for n in notes if n], refusal)

@@ -225,7 +225,7 @@ def test_mod_growth_is_refused_without_allow_reshuffle_and_a_missing_changelog_i
         (1, 6, "mod"), (2, 8, "mod")]
 
 
-def test_with_a_topic_template_grow_changes_the_map_and_roll_creates_later_buckets_with_the_new_count(
+def test_with_a_topic_template_grow_changes_the_map_and_the_changelog_and_roll_creates_later_buckets_with_the_new_count(
         kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
     client = {"bootstrap.servers": kafka_bootstrap}
     prefix = f"grow-tpl-{uuid.uuid4().hex[:8]}."
@@ -234,7 +234,11 @@ def test_with_a_topic_template_grow_changes_the_map_and_roll_creates_later_bucke
     v1 = RoutingMap(version=1, partitions=3, topic=template, placement="jump", hash="xxh3")
     publish_map(client, maps, v1, bucket_width_ms=BUCKETS.width_ms)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
-    env.update(STREAMS_BUCKET_WIDTH="1m", STREAMS_GRACE="10s", STREAMS_APP_ID=f"tpl-{uuid.uuid4().hex[:6]}")
+    app_id = f"tpl-{uuid.uuid4().hex[:6]}"
+    env.update(STREAMS_BUCKET_WIDTH="1m", STREAMS_GRACE="10s", STREAMS_APP_ID=app_id)
+    changelog = f"{app_id}-stage1-changelog"  # stage 1 writes to the changelog partition of each source partition
+    setup = AdminClient(client)
+    setup.create_topics([NewTopic(changelog, 3, 1)])[changelog].result(30)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "streams.cli", "topics", *args, "--bootstrap-server",
@@ -245,8 +249,10 @@ def test_with_a_topic_template_grow_changes_the_map_and_roll_creates_later_bucke
         grown = cli("grow", "--partitions", "5", "--json")
         assert grown.returncode == 0, grown.stderr
         plan = orjson.loads(grown.stdout)
-        assert plan["topics"] == [] and any("only the map changes" in n for n in plan["notes"])
+        assert [t["name"] for t in plan["topics"]] == [changelog], plan["topics"]
+        assert any("existing bucket topics keep their count" in n for n in plan["notes"]), plan["notes"]
         assert not [t for t in topics_now(kafka_bootstrap) if t.startswith(prefix)]
+        assert len(AdminClient(client).list_topics(changelog, timeout=15).topics[changelog].partitions) == 5
         history = read_maps(client, maps)
         assert [(m.version, m.partitions) for m in history] == [(1, 3), (2, 5)]
         switch = history[1].first_bucket_ms
@@ -267,7 +273,7 @@ def test_with_a_topic_template_grow_changes_the_map_and_roll_creates_later_bucke
         assert parts == {prefix + label(switch - 120_000): 3, prefix + label(switch - 60_000): 3,
                          prefix + label(switch): 5}
     finally:
-        ours = [t for t in topics_now(kafka_bootstrap) if t.startswith(prefix)]
+        ours = [t for t in topics_now(kafka_bootstrap) if t.startswith(prefix) or t == changelog]
         if ours:
             admin = AdminClient(client)
             for fut in admin.delete_topics(ours).values():
