@@ -16,13 +16,13 @@ nothing to lose). :func:`gate_deletions` applies that to a plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import NamedTuple
 
 from streams.core.errors import ConfigError, InvalidArgumentError, InvalidBucketError
+from streams.core.routing.maps import in_force_and_next
 from streams.core.routing.router import RoutingMap
 from streams.core.time.buckets import Bucket, TimeBuckets
-from streams.core.time.eventtime import check_ms
+from streams.core.time.eventtime import check_ms, utc_text
 from streams.core.validate import BUCKET_PLACEHOLDER, require, require_int, require_topic
 
 __all__ = ["PartitionProgress", "Refusal", "TopicPlan", "bucket_of_topic", "deletion_refusals", "gate_deletions",
@@ -140,9 +140,9 @@ def deletion_refusals(
     """
     reasons = []
     if bucket.close_ms > now_ms:
-        reasons.append(f"not closed (the bucket closes at {_utc(bucket.close_ms)})")
+        reasons.append(f"not closed (the bucket closes at {utc_text(bucket.close_ms)})")
     if bucket.end_ms + retention_ms > now_ms:
-        reasons.append(f"within retention (until {_utc(bucket.end_ms + retention_ms)})")
+        reasons.append(f"within retention (until {utc_text(bucket.end_ms + retention_ms)})")
     for p in sorted(partitions):
         if p.end <= p.start or (p.committed is not None and p.committed >= p.end):
             continue
@@ -194,12 +194,11 @@ def partitions_in_force(topics: Iterable[str], template: str, buckets: TimeBucke
     does not match it. Pure.
     """
     bucket_of = _matcher(template, buckets)
-    ours = sorted((m for m in maps if m.topic == template), key=lambda m: m.version)
+    ours = [m for m in maps if m.topic == template]
     counts = {}
     for topic in topics:
-        bucket = bucket_of(topic)
-        in_force = [m for m in ours if m.first_bucket_ms <= bucket.start_ms]
-        counts[topic] = in_force[-1].partitions if in_force else default
+        in_force, _ = in_force_and_next(ours, bucket_of(topic).start_ms)
+        counts[topic] = in_force.partitions if in_force is not None else default
     return counts
 
 
@@ -215,6 +214,3 @@ def _matcher(template: str, buckets: TimeBuckets) -> Callable[[str], Bucket]:
 
     return bucket_of
 
-
-def _utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message
 
-from streams.core.errors import ConsumeError, DeliveryError, RoutingMapError, SerializationError
+from streams.core.errors import DeliveryError, RoutingMapError, SerializationError
 from streams.core.routing.maps import (
     check_successor,
     decode_map,
@@ -32,9 +32,9 @@ from streams.core.routing.maps import (
     map_record_key,
 )
 from streams.core.routing.router import BUCKET_PLACEHOLDER, Router, RoutingMap
-from streams.kafka.admin import topic_partitions
-from streams.kafka.clients import new_consumer, new_producer
+from streams.kafka.clients import new_producer
 from streams.kafka.follower import CompactedTopicReader
+from streams.kafka.replay import read_topic
 
 __all__ = ["RoutingMapFollower", "publish_map", "read_maps"]
 
@@ -68,49 +68,6 @@ def _timestamp_ms(msg: Message) -> int | None:
     return None if kind == 0 or ts < 0 else int(ts)  # 0: TIMESTAMP_NOT_AVAILABLE
 
 
-def _read_records(client_config: Mapping[str, Any], topic: str, timeout_s: float) -> list[Message]:
-    """Every record of ``topic`` up to its end offsets now, in offset order per partition."""
-    count = topic_partitions(client_config, topic, timeout_s=timeout_s)  # TopicNotFoundError, TopicAdminError
-    consumer = new_consumer({**client_config, "group.id": f"streams-maps-read-{uuid.uuid4().hex[:12]}",
-                             "enable.auto.commit": False, "allow.auto.create.topics": False,
-                             "enable.partition.eof": True})
-    out: list[Message] = []
-    try:
-        todo = {}
-        for p in range(count):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            if high > low:
-                todo[p] = (low, high)
-        if not todo:
-            return out
-        consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in todo.items()])
-        deadline = time.monotonic() + timeout_s
-        while todo:
-            if time.monotonic() >= deadline:
-                raise ConsumeError(f"timed out after {timeout_s:g} s reading the routing-maps topic {topic!r}: "
-                                   f"partitions {sorted(todo)} not read to their end")
-            for msg in consumer.consume(500, 0.2):
-                p = msg.partition()
-                if p not in todo:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF and msg.offset() >= todo[p][1]:
-                        del todo[p]
-                    elif err.code() != KafkaError._PARTITION_EOF:
-                        raise ConsumeError(f"reading the routing-maps topic {topic!r} failed: {err.str()}")
-                    continue
-                if msg.offset() < todo[p][1]:
-                    out.append(msg)
-                if msg.offset() + 1 >= todo[p][1]:
-                    del todo[p]
-    except KafkaException as exc:
-        raise ConsumeError(f"reading the routing-maps topic {topic!r} failed: {exc}") from None
-    finally:
-        consumer.close()
-    return out
-
-
 def read_maps(client_config: Mapping[str, Any], topic: str, *, timeout_s: float = 10.0,
               bucket_width_ms: int | None = None) -> list[RoutingMap]:
     """The validated routing-map history on ``topic``, oldest first.
@@ -124,7 +81,7 @@ def read_maps(client_config: Mapping[str, Any], topic: str, *, timeout_s: float 
     to its end in time.
     """
     maps: list[RoutingMap] = []
-    for msg in _read_records(client_config, topic, timeout_s):
+    for msg in read_topic(client_config, topic, timeout_s=timeout_s):
         try:
             accepted = _successor(tuple(maps), _decoded(msg.key(), msg.value(), msg.headers()),
                                   published_ms=_timestamp_ms(msg), partitions_of=None,

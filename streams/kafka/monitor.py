@@ -29,7 +29,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -47,6 +46,7 @@ from streams.core.routing.hashing import kafka_partition
 from streams.core.routing.maps import in_force_and_next
 from streams.core.routing.router import RoutingMap
 from streams.core.time.buckets import TimeBuckets
+from streams.core.time.eventtime import utc_text
 from streams.core.topicplan import bucket_of_topic
 from streams.core.validate import BUCKET_PLACEHOLDER
 from streams.kafka.admin import TopicNotFoundError
@@ -230,11 +230,8 @@ class Snapshot:
 def _map_record(m: RoutingMap | None) -> dict[str, Any] | None:
     if m is None:
         return None
-    return {**m.to_record(), "first_bucket_utc": _utc_text(m.first_bucket_ms)}
+    return {**m.to_record(), "first_bucket_utc": utc_text(m.first_bucket_ms)}
 
-
-def _utc_text(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- the edge: reading the cluster -----------------------------------------------------------------
@@ -299,7 +296,7 @@ class Monitor:
             now = time.monotonic()
         except KafkaException as exc:
             raise self._error("reading offsets failed", exc) from None
-        committed = self._committed(event_parts or [])
+        committed = self._committed(self.events_topic, event_parts or [])
         in_force, next_map = in_force_and_next(self._history(_partitions(topics, self.routing_maps_topic)),
                                                taken_at_ms)
         previous, elapsed = (None, None) if self._previous is None else (self._previous[1], now - self._previous[0])
@@ -322,10 +319,9 @@ class Monitor:
             parts = _partitions(topics, name) or []
             try:
                 ends = {p: self._watermarks(name, p)[1] for p in parts}
-                committed = self._group.committed([TopicPartition(name, p) for p in parts], timeout=self.timeout_s)
             except KafkaException as exc:
                 raise self._error("reading offsets failed", exc) from None
-            lags = [max(0, ends[tp.partition] - tp.offset) for tp in committed if tp.error is None and tp.offset >= 0]
+            lags = [max(0, ends[p] - offset) for p, offset in self._committed(name, parts).items()]
             out.append(BucketTopicStat(name, label, len(parts), sum(ends.values()), sum(lags) if lags else None))
         return tuple(out)
 
@@ -387,9 +383,9 @@ class Monitor:
         finally:
             self._reader.unassign()
 
-    def _committed(self, parts: Iterable[int]) -> dict[int, int]:
-        """The group's committed offsets; {} when it has none or its coordinator is not available."""
-        tps = [TopicPartition(self.events_topic, p) for p in parts]
+    def _committed(self, topic: str, parts: Iterable[int]) -> dict[int, int]:
+        """The group's committed offsets on ``topic``; {} when it has none or its coordinator is not available."""
+        tps = [TopicPartition(topic, p) for p in parts]
         if not tps:
             return {}
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import NamedTuple
 
 from streams.core.errors import InvalidArgumentError, InvalidBucketError
@@ -29,6 +30,7 @@ __all__ = [
     "REASON_TOO_OLD",
     "check_ms",
     "check_partition",
+    "utc_text",
 ]
 
 REASON_LATE = "bucket closed"
@@ -98,6 +100,11 @@ class ClosedBucket:
 # -- checks shared by the roller, the watermark tracker and the topic planner -------
 
 _MAX_MS = 2**62  # far beyond any real clock; keeps the arithmetic on times sane
+
+
+def utc_text(ms: int) -> str:
+    """``ms`` since the Unix epoch as ISO 8601 UTC to the second, ``2026-12-04T04:30:00Z``."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def check_ms(value: object, field: str) -> int:
