@@ -238,6 +238,38 @@ class Stage1Store:
         self._indexed_len = len(self.data)
         return checkpoints
 
+    def drop_partitions(self, partitions: set[int]) -> int:
+        """Forget everything of changelog partitions this worker no longer owns; returns how many keys.
+
+        faust's in-memory store forgets a revoked partition only for the keys it
+        recovered itself, not for the ones this store wrote, so without this a worker
+        keeps its own stale entries of a partition another worker took over, and,
+        given the partition back, prefers them to the recovered, newer ones. Nothing
+        is written to the changelog: the partition's new owner writes it now. Folds
+        not flushed yet are dropped too: their records were not acknowledged, so the
+        new owner reads them again.
+        """
+        if not partitions:
+            return 0
+        before = len(self.data)
+        doomed = [k for k, v in list(self.data.items()) if _partition_of(k, v) in partitions]
+        for key in doomed:
+            self.data.pop(key, None)
+        for key in [k for k, entry in self._live.items() if entry[0] in partitions]:
+            del self._live[key]
+            self._dirty.discard(key)
+            keys = self._index.get(int(key.split("|", 1)[0]))
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    self._index.pop(int(key.split("|", 1)[0]), None)
+        for store in (self._ids, self._new_ids, self._id_chunks):
+            for slice_key in [k for k in store if k[1] in partitions]:
+                del store[slice_key]
+        self._closed = [(p, k) for p, k in self._closed if p not in partitions]
+        self._own_change(before)
+        return len(doomed)
+
     def _reindex_ids(self, key: str, value: Any, checkpoints: Mapping[Source, Checkpoint]) -> None:
         """Load one chunk of event IDs, if a checkpoint vouches for it and its bucket is open.
 
@@ -458,6 +490,12 @@ class EventProcessor:
         for source in self._sources ^ new:
             self._seen.pop(source, None)
             self._received_at.pop(source, None)
+        revoked = self._sources - new
+        for source in revoked:  # its new owner checkpoints it from now on; a return re-reads its checkpoint
+            self._handled.pop(source, None)
+            self._durable.pop(source, None)
+            self._checkpointed_closed.pop(source, None)
+        self.store.drop_partitions({p for _, p in revoked} - {p for _, p in new})
         for source in new:
             self._received_at[source] = now  # a fresh stall timeout, as a fresh idle timeout
         self.watermarks.revoke(self._source_id(s) for s in self._sources - new)
@@ -722,6 +760,15 @@ class EventProcessor:
     def ids_held(self) -> int:
         """Event IDs remembered for dedup right now (bounded by the open buckets' on-time events)."""
         return self.store.ids_held()
+
+
+def _partition_of(key: str, value: Any) -> int | None:
+    """The changelog partition of a stage-1 data key: meta keys name their source, others store it first."""
+    if key.startswith(_META):
+        return int(key.rsplit("|", 1)[1])
+    if value is None:  # present but not flushed yet: its entry (or ID slice) names the slot
+        return int(key.split("|", 3)[2 if key.startswith(_IDS) else 1])
+    return int(value[0])
 
 
 def _id_hash(kind: IdKind, number: int) -> int:
