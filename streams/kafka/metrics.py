@@ -37,8 +37,11 @@ class WorkerMetrics:
                                "wall clock at close minus the bucket's close time, last close", registry=r)
         self.rejected = Counter("streams_rejected_sketch_summaries", "malformed sketch summaries", registry=r)
         self.stalls = Counter("streams_stalled_partitions_reported",
-                              "events partitions the consumer fetched past without handing their records over",
+                              "events or partials partitions the consumer fetched past without handing their records over",
                               registry=r)
+        self.gaps = Counter("streams_offset_gaps",
+                            "records handed over past the next expected offset: sought back, or accepted as "
+                            "offsets the log does not hold", ["outcome"], registry=r)
         self._split_keys: set[str] = set()
         self._serving: int | None = None
 
@@ -59,6 +62,10 @@ class WorkerMetrics:
     def stall_reported(self) -> None:
         """Count one stalled events partition reported (see ``EventProcessor.stalled``)."""
         self.stalls.inc()
+
+    def offset_gap(self, outcome: str) -> None:
+        """Count one offset gap: ``sought`` (a seek back to the expected offset) or ``accepted``."""
+        self.gaps.labels(outcome).inc()
 
     def rejected_summary(self) -> None:
         """Count one rejected sketch summary."""

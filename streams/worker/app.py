@@ -46,10 +46,12 @@ import ssl
 import sys
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import faust
 import orjson
+from faust.types import TP
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streams.core.config import (
@@ -81,6 +83,7 @@ from streams.kafka.monitor import Monitor
 from streams.worker import faust_patches
 from streams.worker.bucket_topics import BucketTopicSubscription, TopicList
 from streams.worker.merge import PartialMerger
+from streams.worker.offsets import Gap, OffsetGuard
 from streams.worker.processor import EventProcessor, FetchState, InMessage, Output, Stage1Store
 
 log = logging.getLogger("streams.app")
@@ -218,6 +221,12 @@ else:
 def is_events_topic(topic: str) -> bool:
     """True if the worker reads events from ``topic`` (the events topic, or one of its bucket topics)."""
     return topic == topic_names.events or (bucket_topics is not None and bucket_topics.matches(topic))
+
+
+def _is_partials_topic(topic: str) -> bool:
+    return topic == topic_names.partials
+
+
 partials_topic = app.topic(topic_names.partials, **_raw)
 sketches_topic = app.topic(topic_names.sketches, **_raw)
 _codecs = {
@@ -287,6 +296,9 @@ def _changelog(table: Any) -> Any:
 
 
 metrics = WorkerMetrics()
+# What each agent must be handed next: a record past it is a skip by faust (streams.worker.offsets).
+events_guard, partials_guard = OffsetGuard(), OffsetGuard()
+_partials_progress: dict[int, int] = {}  # partials partition -> last offset applied since the last flush
 processor = EventProcessor(worker_settings, Stage1Store(stage1_table.data, _changelog(stage1_table)),
                            instance=instance_id)
 merger = PartialMerger(stage2_table.data, _changelog(stage2_table),
@@ -350,6 +362,10 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
 async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # noqa: ARG001
     global _directory_known
     processor.assign((tp.topic, tp.partition) for tp in assigned if is_events_topic(tp.topic))
+    now_ms = int(time.time() * 1000)
+    _stall_sought.clear()
+    events_guard.assign((tp for tp in assigned if is_events_topic(tp.topic)), now_ms)
+    partials_guard.assign((tp for tp in assigned if _is_partials_topic(tp.topic)), now_ms)
     processor.store.mark_stale()
     if any(tp.topic == topic_names.sketches for tp in assigned):
         _directory_known = False  # another instance may have decided meanwhile: read the topic again
@@ -382,6 +398,31 @@ _events_stream: Any = None
 _partials_stream: Any = None
 
 
+async def _skip(stream: Any, event: Any, gap: Gap) -> None:
+    """A record past its partition's expected offset: not handled; seek back so the skipped records come again.
+
+    It is acknowledged at once (faust then forgets it; its offset is re-read after the
+    seek and handled then), which cannot let a commit pass the unhandled records
+    before it: faust commits only up to the first offset not acknowledged.
+    """
+    await stream.ack(event)
+    if not gap.seek:
+        return
+    msg = event.message
+    log.warning("partition %s[%d]: handed offset %d while %d was expected: seeking back to %d",
+                msg.topic, msg.partition, gap.got, gap.expected, gap.expected)
+    metrics.offset_gap("sought")
+    await _seek(msg.tp, gap.expected)
+
+
+async def _seek(tp: Any, offset: int) -> None:
+    """Seek one assigned partition (aiokafka's position and faust's read offset) to ``offset``."""
+    try:
+        await app.consumer.seek_wait({tp: offset})
+    except Exception as exc:  # noqa: BLE001 - a failed seek leaves the gap, found again on the next record or tick
+        log.warning("seek of %s[%d] to %d failed: %s", tp.topic, tp.partition, offset, exc)
+
+
 async def _flush_and_ack() -> None:
     """Make stage-1 changes and outputs durable, then acknowledge the records they cover.
 
@@ -389,6 +430,9 @@ async def _flush_and_ack() -> None:
     come after it, and faust flushes its producer before it commits, so a committed
     offset never runs ahead of the stored state.
     """
+    if _partials_progress:
+        merger.checkpoint(_partials_progress)  # lands with the flush below, before these records are acknowledged
+        _partials_progress.clear()
     processor.persist(_flush_writes)
     for stream, pending in ((_events_stream, _unacked), (_partials_stream, _unacked_partials)):
         if stream is None or not pending:
@@ -407,8 +451,16 @@ async def process_events(stream: Any) -> None:
     global _events_stream
     _events_stream = manual = stream.noack()
     handle, unacked, no_headers = processor.handle, _unacked, {}
+    check, clock = events_guard.check, time.time
     async for event in manual.events():
         msg = event.message
+        tp = msg.tp
+        if not events_guard.knows(tp):
+            events_guard.expect(tp, processor.resume_offset(tp))
+        gap = check(tp, msg.offset, int(clock() * 1000))
+        if gap is not None:
+            await _skip(manual, event, gap)
+            continue
         for output in handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
                                        dict(msg.headers) if msg.headers else no_headers)):
             _send(output)
@@ -420,8 +472,8 @@ async def process_events(stream: Any) -> None:
 _fetch_state_unreadable = False
 
 
-def _fetch_states() -> dict[tuple[str, int], FetchState] | None:
-    """What the consumer last heard from the broker about each assigned events partition.
+def _fetch_states(wanted: Callable[[str], bool] = is_events_topic) -> dict[tuple[str, int], FetchState] | None:
+    """What the consumer last heard from the broker about each assigned partition of the ``wanted`` topics.
 
     Read from aiokafka's subscription state (plain attribute reads; faust runs the
     consumer in its own thread). None, logged once, if this faust/aiokafka does not
@@ -439,7 +491,7 @@ def _fetch_states() -> dict[tuple[str, int], FetchState] | None:
         if assignment is None:
             return out  # not subscribed or assigned yet: every owned source counts as behind
         for tp in list(assignment.tps):
-            if not is_events_topic(tp.topic):
+            if not wanted(tp.topic):
                 continue
             state = assignment.state_value(tp)
             if state is None:
@@ -459,35 +511,45 @@ def _fetch_states() -> dict[tuple[str, int], FetchState] | None:
 
 
 STALL_S = 10.0
-_stalled_reported: set[tuple[str, int]] = set()
+_stall_sought: dict[tuple[str, int], float] = {}  # partition -> monotonic time of the seek meant to revive it
 
 
-def _report_stalled(fetch: dict[tuple[str, int], FetchState]) -> None:
-    """Report (once per episode) events partitions fetched past what was handed over, and rejoin the group.
+def _fetched(states: Mapping[tuple[str, int], FetchState]) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+    return {tp: (state.position, state.fetched_to) for tp, state in states.items()}
 
-    Rarely, after a rebalance under load, faust's consumer fetches a partition to its
-    end without handing its records to the agent (seen in about one run of ten of
-    tests/integration/test_worker_bucket_topics.py; the cause inside faust is not
-    found). Such a partition would sit still until the next rebalance (see
-    :meth:`EventProcessor.stalled`; the lag-aware idle rule keeps its buckets open
-    meanwhile, so nothing turns late). Seeking back did not reliably revive it, so the
-    worker asks the group for that rebalance itself: it rejoins (at most once per
-    ``3 * STALL_S``), faust seeks every partition to its committed offset, and the
-    records not yet acknowledged are read again (stage 1 recognises the ones it had
-    folded). Logged and counted (``streams_stalled_partitions_reported``).
+
+async def _revive_stalled(fetch: Mapping[tuple[str, int], FetchState]) -> None:
+    """Seek back any events or partials partition fetched past what its agent was handed for ``STALL_S``.
+
+    faust's consumer can fetch a partition to its end without handing the records to
+    the agent (the causes found are closed in :mod:`streams.worker.faust_patches`;
+    this is the safety net for any other). Such a partition would sit still (stage 1's
+    lag-aware idle rule keeps its buckets open meanwhile, so nothing turns late): the
+    worker seeks it back to the next offset its agent expects. If it is still stalled
+    ``STALL_S`` after that seek, the worker rejoins the group (at most once per
+    ``3 * STALL_S``), whose rebalance rebuilds faust's consumer state. Logged and counted
+    (``streams_stalled_partitions_reported``).
     """
     global _last_rejoin
-    now = int(time.time() * 1000)
-    stalled = processor.stalled(fetch, now, int(STALL_S * 1000))
+    now, after = int(time.time() * 1000), int(STALL_S * 1000)
+    partials = _fetch_states(_is_partials_topic) or {}
+    stalled = {**events_guard.stalled(_fetched(fetch), now, after), **partials_guard.stalled(_fetched(partials), now, after)}
+    for source in set(_stall_sought) - set(stalled):
+        del _stall_sought[source]
+    persisting = False
     for source, offset in stalled.items():
-        if source not in _stalled_reported:
-            _stalled_reported.add(source)
+        sought = _stall_sought.get(source)
+        if sought is None:
+            _stall_sought[source] = time.monotonic()
             metrics.stall_reported()
-            log.warning("events partition %s[%d]: fetched to offset %s but nothing handed over for %.0f s "
-                        "(next to handle: %d)", source[0], source[1], fetch[source].fetched_to, STALL_S, offset)
-    _stalled_reported.intersection_update(stalled)
-    if stalled and time.monotonic() - _last_rejoin >= 3 * STALL_S:
+            log.warning("partition %s[%d]: fetched to offset %s but nothing handed over for %.0f s: seeking back to %d",
+                        source[0], source[1], {**fetch, **partials}[source].fetched_to, STALL_S, offset)
+            await _seek(TP(*source), offset)
+        elif time.monotonic() - sought >= STALL_S:
+            persisting = True
+    if persisting and time.monotonic() - _last_rejoin >= 3 * STALL_S:
         _last_rejoin = time.monotonic()
+        _stall_sought.clear()
         _rejoin_group()
 
 
@@ -515,7 +577,7 @@ async def tick() -> None:
     # yields): no record may be handled against a close that is not yet checkpointed.
     fetch = _fetch_states()
     if fetch is not None:
-        _report_stalled(fetch)
+        await _revive_stalled(fetch)
     result = processor.tick(fetch)
     for output in result.outputs:
         _send(output)
@@ -608,10 +670,18 @@ async def decide_hot_keys(stream: Any) -> None:
 async def merge_partials(stream: Any) -> None:
     """Stage 2: upsert each partial's slot and emit the exact merged aggregate."""
     global _partials_stream
-    codec = _codecs["partials"]
+    codec, check, progress = _codecs["partials"], partials_guard.check, _partials_progress
     _partials_stream = manual = stream.noack()
     async for event in manual.events():
         msg = event.message
+        tp = msg.tp
+        if not partials_guard.knows(tp):
+            partials_guard.expect(tp, merger.resume_offset(msg.partition))
+        gap = check(tp, msg.offset, int(time.time() * 1000))
+        if gap is not None:
+            await _skip(manual, event, gap)
+            continue
+        progress[msg.partition] = max(msg.offset, progress.get(msg.partition, -1))
         try:
             partial = codec.decode(msg.value)
             merged = merger.apply(msg.partition, partial)

@@ -23,10 +23,13 @@ from streams.core.time.buckets import TimeBuckets
 
 __all__ = ["PartialMerger"]
 
+_OFFSET_KEY = "@offset|"  # not a bucket entry: "<bucket_start_ms>|<key>" always starts with a digit or "-"
+
 class PartialMerger:
     """Keeps the latest partial of every slot and returns the merged aggregate.
 
-    ``data`` maps ``"<bucket_start_ms>|<key>"`` to ``[partition, {slot: aggregate record}]``;
+    ``data`` maps ``"<bucket_start_ms>|<key>"`` to ``[partition, {slot: aggregate record}]``, and
+    ``"@offset|<partition>"`` to the last partials offset checkpointed for that partition;
     ``changelog(partition, key, value)`` persists a change (None deletes).
     """
 
@@ -55,11 +58,23 @@ class PartialMerger:
         self._changelog(partition, entry_key, stored)
         return merged_record(partial["bucket"], partial["bucket_start_ms"], partial["key"], slots.values())
 
+    def checkpoint(self, progress: Mapping[int, int]) -> None:
+        """Record, per partials partition, the last offset applied (write it before acknowledging those records)."""
+        for partition, offset in progress.items():
+            key = f"{_OFFSET_KEY}{partition}"
+            self.data[key] = offset
+            self._changelog(partition, key, offset)
+
+    def resume_offset(self, partition: int) -> int | None:
+        """The first offset of ``partition`` past the last checkpointed one (None if none was recorded)."""
+        offset = self.data.get(f"{_OFFSET_KEY}{partition}")
+        return offset + 1 if isinstance(offset, int) else None
+
     def expire(self, now_ms: int) -> int:
         """Drop entries whose bucket ended more than ``retention_ms`` before ``now_ms``; returns how many."""
         horizon = now_ms - self.retention_ms - self.buckets.width_ms
         dropped = 0
-        for entry_key in [k for k in self.data if int(k.split("|", 1)[0]) < horizon]:
+        for entry_key in [k for k in self.data if not k.startswith(_OFFSET_KEY) and int(k.split("|", 1)[0]) < horizon]:
             partition = self.data.pop(entry_key)[0]
             self._changelog(partition, entry_key, None)
             dropped += 1

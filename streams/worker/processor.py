@@ -479,7 +479,6 @@ class EventProcessor:
         self._durable: dict[Source, int] = {}  # last offset durable at the last checkpoint
         self._handled: dict[Source, int] = {}  # last offset handled since
         self._seen: dict[Source, int] = {}  # last offset received since the source was assigned, duplicates too
-        self._received_at: dict[Source, int] = {}  # wall clock of that record, or of the assignment
 
     # -- partitions and recovery ----------------------------------------------------------
 
@@ -489,15 +488,12 @@ class EventProcessor:
         now = self._clock_ms()
         for source in self._sources ^ new:
             self._seen.pop(source, None)
-            self._received_at.pop(source, None)
         revoked = self._sources - new
         for source in revoked:  # its new owner checkpoints it from now on; a return re-reads its checkpoint
             self._handled.pop(source, None)
             self._durable.pop(source, None)
             self._checkpointed_closed.pop(source, None)
         self.store.drop_partitions({p for _, p in revoked} - {p for _, p in new})
-        for source in new:
-            self._received_at[source] = now  # a fresh stall timeout, as a fresh idle timeout
         self.watermarks.revoke(self._source_id(s) for s in self._sources - new)
         self.watermarks.assign((self._source_id(s) for s in new), now)
         self._sources = new
@@ -522,6 +518,18 @@ class EventProcessor:
                 # The partition resumes at its own checkpointed event time, whoever owned it before,
                 # and one whose re-read records are all duplicates does not hold the watermark.
                 self.watermarks.restore(self._source_id(source), cp.event_times, now)
+
+    def resume_offset(self, source: Source) -> int | None:
+        """The first offset of ``source`` that no checkpoint vouches for (None if it has none).
+
+        Re-reads the store first if a recovery made it stale. Records below it are
+        recognised as handled; a record past it after a rebalance means the consumer
+        skipped some (see :mod:`streams.worker.offsets`).
+        """
+        if self.store.stale:
+            self.recover()
+        durable = self._durable.get(source)
+        return None if durable is None else durable + 1
 
     def checkpoint(self) -> bool:
         """Record progress (offsets handled, buckets closed) in the store; True if anything was written.
@@ -570,7 +578,6 @@ class EventProcessor:
         source = (msg.topic, msg.partition)
         now = self._clock_ms()
         self._seen[source] = msg.offset
-        self._received_at[source] = now
         if msg.offset <= self._durable.get(source, -1):
             self._duplicates += 1  # re-read after a restart: its effects are already in Kafka
             return []
@@ -674,27 +681,6 @@ class EventProcessor:
             return seen + 1
         durable = self._durable.get(source)
         return durable + 1 if durable is not None else state.position
-
-    def stalled(self, fetch: Mapping[Source, FetchState], now_ms: int, after_ms: int) -> dict[Source, int]:
-        """Owned sources the consumer fetched past while handing nothing over for ``after_ms``: source -> next offset to handle.
-
-        faust can drop records it prefetched under an older consumer generation (a
-        rebalance during recovery); the fetch position then runs past records no one
-        handled and the partition sits still until the next rebalance. The next
-        offset is after the last one received, else after the checkpointed one, else
-        ``position``.
-        """
-        out = {}
-        for source in self._sources:
-            state = fetch.get(source)
-            if state is None or state.fetched_to is None:
-                continue
-            next_offset = self._next_offset(source, state)
-            if next_offset is None or next_offset >= state.fetched_to:
-                continue
-            if now_ms - self._received_at.get(source, now_ms) >= after_ms:
-                out[source] = next_offset
-        return out
 
     def tick(self, fetch: Mapping[Source, FetchState] | None = None) -> TickResult:
         """Close due buckets (emit-on-close) and summarise the hot-key sketch.

@@ -256,20 +256,3 @@ def test_entries_a_recovery_writes_between_two_flushes_are_still_found_and_emitt
     outputs += b.tick().outputs
     label = TimeBuckets("1m").bucket_of(T0).label
     assert (merged(outputs).get((label, "moved")), merged(outputs).get((label, "stay"))) == (10, 2)
-
-
-def test_a_partition_fetched_past_records_no_one_handled_is_reported_stalled_with_the_offset_to_reread() -> None:
-    """faust can drop records it prefetched before a rebalance; the fetch position then runs ahead."""
-    clock = Clock(T0)
-    p = worker({}, clock, [0, 1, 2])
-    ids = UUIDv7Generator()
-    for offset in range(5):
-        p.handle(message(0, offset, payload("k", T0 + offset, 1.0, str(ids.next())), "k"))
-    fetch = {("events", 0): FetchState(9, T0, 0, 9),  # handed over 0-4, fetched to 9
-             ("events", 1): FetchState(7, T0, 3, 7),  # nothing handed over since it started at 3
-             ("events", 2): FetchState(4, T0, 4, 4)}  # caught up
-    assert p.stalled(fetch, clock.now + 9_999, 10_000) == {}  # records may still be on their way
-    clock.now += 10_000
-    assert p.stalled(fetch, clock.now, 10_000) == {("events", 0): 5, ("events", 1): 3}
-    p.handle(message(0, 5, payload("k", T0 + 5, 1.0, str(ids.next())), "k"))  # delivery resumed
-    assert p.stalled(fetch, clock.now, 10_000) == {("events", 1): 3}

@@ -1,0 +1,122 @@
+"""Which offset each agent must be handed next, and what to do when faust hands over something else.
+
+faust's consumer can skip records around a rebalance: its delivery loop keeps a read
+offset per partition and drops every record below it, and its offset-gap bookkeeping
+then lets the commit pass records no agent was handed (see
+:mod:`streams.worker.faust_patches` for the causes found). A skipped record is a
+silently wrong aggregate, so the worker does not rely on faust getting this right:
+each agent passes every record through an :class:`OffsetGuard` first.
+
+* A record at the expected offset, or below it (re-read after a seek), is handed on.
+* A record *past* it means records were skipped: it is not handled, and the guard
+  asks for a seek back to the expected offset (once per ``retry_ms`` while the gap
+  lasts). If ``attempts`` seeks do not bring the expected record, the log really has
+  no record there (transaction markers, compaction, retention) and the gap is
+  accepted: one pause of about ``attempts * retry_ms`` per such gap.
+* A partition fetched past the expected offset with nothing handed over for a while
+  is *stalled*: :meth:`OffsetGuard.stalled` names it so the worker can seek it too.
+
+After a rebalance the expected offset of a partition comes from the agent's own
+checkpoint (what its state already holds, see :meth:`OffsetGuard.expect`), not from
+faust's committed offset, so a commit that ran past unhandled records is caught as
+a gap on the first record. Kafka-free and clock-free: fed offsets and times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Hashable, NamedTuple
+
+__all__ = ["Gap", "OffsetGuard"]
+
+
+class Gap(NamedTuple):
+    """A record past the expected offset: do not handle it; seek back to ``expected`` if ``seek``."""
+
+    expected: int
+    got: int
+    seek: bool
+
+
+class OffsetGuard:
+    """Per assigned partition: the next offset its agent expects, and when it was last handed a record.
+
+    ``retry_ms`` is the least time between two seeks for one gap; after ``attempts``
+    (at least 1) seeks that did not bring the expected offset the gap is accepted (counted in
+    :attr:`accepted_gaps`).
+    """
+
+    def __init__(self, retry_ms: int = 1_000, attempts: int = 3) -> None:
+        self.retry_ms = retry_ms
+        self.attempts = attempts
+        self.accepted_gaps = 0
+        self.sought = 0
+        self._next: dict[Hashable, int] = {}
+        self._at: dict[Hashable, int] = {}
+        self._seeks: dict[Hashable, tuple[int, int, int]] = {}  # partition -> (expected, seeks so far, last seek at)
+
+    def assign(self, partitions: Iterable[Hashable], now_ms: int) -> None:
+        """A new assignment: forget partitions no longer held; every partition's stall clock starts now.
+
+        A partition held before and after keeps its expected offset (records re-read
+        from the committed offset are below it and pass).
+        """
+        held = set(partitions)
+        for tp in set(self._next) - held:
+            del self._next[tp]
+        for tp in set(self._seeks) - held:
+            del self._seeks[tp]
+        self._at = {tp: now_ms for tp in held}
+
+    def knows(self, partition: Hashable) -> bool:
+        """True if the guard has an expected offset for ``partition``."""
+        return partition in self._next
+
+    def expect(self, partition: Hashable, offset: int | None) -> None:
+        """Set the next offset ``partition`` must be handed (from a checkpoint); None leaves it unknown."""
+        if offset is not None:
+            self._next[partition] = offset
+
+    def check(self, partition: Hashable, offset: int, now_ms: int) -> Gap | None:
+        """None if the record at ``offset`` may be handled (and is counted as handed over); else the gap.
+
+        An unknown partition accepts its first record. A gap asks for a seek at most
+        once per ``retry_ms``; the ``attempts``-th time the same gap is seen after
+        that many seeks it is accepted and the record handed on.
+        """
+        expected = self._next.get(partition)
+        if expected is not None and offset > expected:
+            seeks = self._seeks.get(partition)
+            if seeks is None or seeks[0] != expected:
+                self._seeks[partition] = (expected, 1, now_ms)
+                self.sought += 1
+                return Gap(expected, offset, True)
+            _, count, last = seeks
+            if now_ms - last < self.retry_ms:
+                return Gap(expected, offset, False)
+            if count < self.attempts:
+                self._seeks[partition] = (expected, count + 1, now_ms)
+                self.sought += 1
+                return Gap(expected, offset, True)
+            self.accepted_gaps += 1  # the log has no record there: go on from this one
+        self._seeks.pop(partition, None)
+        if expected is None or offset >= expected:
+            self._next[partition] = offset + 1
+        self._at[partition] = now_ms
+        return None
+
+    def stalled(self, fetch: Mapping[Hashable, tuple[int | None, int | None]], now_ms: int,
+                after_ms: int) -> dict[Hashable, int]:
+        """Partitions fetched past the next expected offset with nothing handed over for ``after_ms``.
+
+        ``fetch`` maps a partition to (the offset its assignment started from, its fetch
+        position); returns partition -> the next offset the agent expects.
+        """
+        out: dict[Hashable, int] = {}
+        for tp, (start, fetched_to) in fetch.items():
+            expected = self._next.get(tp, start)
+            if fetched_to is None or expected is None or expected >= fetched_to:
+                continue
+            if now_ms - self._at.setdefault(tp, now_ms) >= after_ms:
+                out[tp] = expected
+        return out

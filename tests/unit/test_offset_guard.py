@@ -1,0 +1,96 @@
+"""streams.worker.offsets.OffsetGuard: the next offset each agent must be handed, gaps and stalls."""
+
+from __future__ import annotations
+
+from streams.worker.offsets import Gap, OffsetGuard
+
+P1, P2 = ("partials", 1), ("events", 2)
+
+
+def test_an_unknown_partition_accepts_its_first_record_and_then_expects_the_next() -> None:
+    guard = OffsetGuard()
+    assert not guard.knows(P1)
+    assert guard.check(P1, 40, now_ms=0) is None
+    assert guard.knows(P1)
+    assert guard.check(P1, 41, now_ms=1) is None
+    assert guard.check(P1, 43, now_ms=2) == Gap(expected=42, got=43, seek=True)
+
+
+def test_records_below_the_expected_offset_pass_as_re_reads_without_moving_it_back() -> None:
+    guard = OffsetGuard()
+    guard.expect(P1, 10)
+    assert guard.check(P1, 7, now_ms=0) is None  # faust sought back to its committed offset
+    assert guard.check(P1, 12, now_ms=0) == Gap(10, 12, True)  # 10 is still what must come next
+
+
+def test_a_checkpoint_after_a_rebalance_turns_a_commit_past_unhandled_records_into_a_gap() -> None:
+    guard = OffsetGuard()
+    guard.assign([P2], now_ms=0)
+    guard.expect(P2, 500)  # the checkpoint vouches for offsets up to 499
+    assert guard.check(P2, 620, now_ms=5) == Gap(500, 620, True)  # faust's commit said 620
+    assert guard.check(P2, 500, now_ms=6) is None  # the seek brought them back
+    assert guard.check(P2, 501, now_ms=6) is None
+
+
+def test_a_gap_asks_for_one_seek_per_retry_interval_and_skips_the_buffered_records_meanwhile() -> None:
+    guard = OffsetGuard(retry_ms=1_000, attempts=3)
+    guard.expect(P1, 5)
+    assert guard.check(P1, 9, now_ms=0) == Gap(5, 9, True)
+    assert guard.check(P1, 10, now_ms=999) == Gap(5, 10, False)  # fetched before the seek
+    assert guard.check(P1, 9, now_ms=1_000) == Gap(5, 9, True)  # still no 5: seek again
+    assert guard.sought == 2 and guard.accepted_gaps == 0
+
+
+def test_a_gap_that_survives_every_attempt_is_accepted_as_offsets_the_log_does_not_hold() -> None:
+    guard = OffsetGuard(retry_ms=100, attempts=2)
+    guard.expect(P1, 5)  # 5..8: a transaction marker, compacted away, or past retention
+    assert guard.check(P1, 9, now_ms=0) == Gap(5, 9, True)
+    assert guard.check(P1, 9, now_ms=100) == Gap(5, 9, True)
+    assert guard.check(P1, 9, now_ms=150) == Gap(5, 9, False)
+    assert guard.check(P1, 9, now_ms=200) is None
+    assert guard.accepted_gaps == 1
+    assert guard.check(P1, 10, now_ms=201) is None
+    assert guard.check(P1, 12, now_ms=202) == Gap(11, 12, True)  # a new gap starts its own attempts
+
+
+def test_a_partition_fetched_past_its_committed_offset_with_nothing_handed_is_stalled_after_the_timeout() -> None:
+    guard = OffsetGuard()
+    guard.assign([P1, P2], now_ms=0)
+    fetch = {P1: (30, 45), P2: (10, 10)}  # P1 fetched 30..44; P2 caught up
+    assert guard.stalled(fetch, now_ms=9_999, after_ms=10_000) == {}
+    assert guard.stalled(fetch, now_ms=10_000, after_ms=10_000) == {P1: 30}
+
+
+def test_records_handed_over_keep_it_from_counting_as_stalled() -> None:
+    guard = OffsetGuard()
+    guard.assign([P1], now_ms=0)
+    assert guard.check(P1, 44, now_ms=9_000) is None
+    assert guard.stalled({P1: (30, 45)}, now_ms=20_000, after_ms=10_000) == {}  # handed up to its position
+    assert guard.stalled({P1: (30, 60)}, now_ms=18_999, after_ms=10_000) == {}  # fetched on, quiet < timeout
+    assert guard.stalled({P1: (30, 60)}, now_ms=19_000, after_ms=10_000) == {P1: 45}
+
+
+def test_a_skipped_record_does_not_count_as_handed_over() -> None:
+    guard = OffsetGuard()
+    guard.assign([P1], now_ms=0)
+    guard.expect(P1, 30)
+    assert guard.check(P1, 40, now_ms=5_000) is not None
+    assert guard.stalled({P1: (30, 45)}, now_ms=10_000, after_ms=10_000) == {P1: 30}
+
+
+def test_a_new_assignment_forgets_revoked_partitions_and_restarts_every_clock() -> None:
+    guard = OffsetGuard()
+    guard.assign([P1, P2], now_ms=0)
+    assert guard.check(P1, 99, now_ms=1) is None
+    guard.assign([P2], now_ms=50_000)
+    assert not guard.knows(P1)
+    guard.assign([P1, P2], now_ms=60_000)  # P1 back: it starts from its committed offset again
+    assert guard.stalled({P1: (80, 120), P2: (5, 9)}, now_ms=69_999, after_ms=10_000) == {}
+    assert guard.stalled({P1: (80, 120), P2: (5, 9)}, now_ms=70_000, after_ms=10_000) == {P1: 80, P2: 5}
+
+
+def test_an_unknown_position_is_never_stalled() -> None:
+    guard = OffsetGuard()
+    guard.assign([P1], now_ms=0)
+    assert guard.stalled({P1: (None, None), P2: (3, None)}, now_ms=10**9, after_ms=1) == {}
+
