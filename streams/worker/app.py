@@ -375,6 +375,9 @@ async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # no
 async def _recovered(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - faust signal signature
     """faust has restored the tables of the new assignment (before streams resume): re-read stage 1."""
     processor.store.mark_stale()
+    now_ms = int(time.time() * 1000)
+    events_guard.restart_clocks(now_ms)  # the recovery kept the partitions paused: not a stall
+    partials_guard.restart_clocks(now_ms)
 
 
 def _send(output: Output) -> None:
@@ -514,40 +517,58 @@ STALL_S = 10.0
 _stall_sought: dict[tuple[str, int], float] = {}  # partition -> monotonic time of the seek meant to revive it
 
 
-def _fetched(states: Mapping[tuple[str, int], FetchState]) -> dict[tuple[str, int], tuple[int | None, int | None]]:
-    return {tp: (state.position, state.fetched_to) for tp, state in states.items()}
+def _not_fetched_why(tp: TP) -> str:
+    """What the consumer says of a partition it does not fetch (for the warning only)."""
+    try:
+        consumer = app.consumer
+        state = consumer._thread._consumer._subscription.subscription.assignment.state_value(tp)  # noqa: SLF001
+        return (f"aiokafka paused={getattr(state, 'paused', '?')} "
+                f"position={'valid' if getattr(state, 'has_valid_position', False) else 'none'}, "
+                f"faust paused={tp in consumer._paused_partitions} "  # noqa: SLF001
+                f"active={tp in (consumer._active_partitions or ())}")  # noqa: SLF001
+    except AttributeError as exc:
+        return f"state unreadable: {exc}"
 
 
 async def _revive_stalled(fetch: Mapping[tuple[str, int], FetchState]) -> None:
-    """Seek back any events or partials partition fetched past what its agent was handed for ``STALL_S``.
+    """Revive any events or partials partition whose agent was handed nothing for ``STALL_S`` while behind.
 
     faust's consumer can fetch a partition to its end without handing the records to
-    the agent (the causes found are closed in :mod:`streams.worker.faust_patches`;
-    this is the safety net for any other). Such a partition would sit still (stage 1's
-    lag-aware idle rule keeps its buckets open meanwhile, so nothing turns late): the
-    worker seeks it back to the next offset its agent expects. If it is still stalled
-    ``STALL_S`` after that seek, the worker rejoins the group (at most once per
-    ``3 * STALL_S``), whose rebalance rebuilds faust's consumer state. Logged and counted
-    (``streams_stalled_partitions_reported``).
+    the agent, or stop fetching a partition it was assigned (the causes found are
+    closed in :mod:`streams.worker.faust_patches`; this is the safety net for any
+    other). Such a partition would sit still (stage 1's lag-aware idle rule keeps its
+    buckets open meanwhile, so nothing turns late). One fetched past what was handed
+    over is sought back to the next offset its agent expects; one not fetched at all,
+    or still stalled ``STALL_S`` after its seek, makes the worker rejoin the group (at
+    most once per ``3 * STALL_S``), whose rebalance rebuilds faust's consumer state.
+    Logged and counted (``streams_stalled_partitions_reported``).
     """
     global _last_rejoin
     now, after = int(time.time() * 1000), int(STALL_S * 1000)
     partials = _fetch_states(_is_partials_topic) or {}
-    stalled = {**events_guard.stalled(_fetched(fetch), now, after), **partials_guard.stalled(_fetched(partials), now, after)}
+    states = {**fetch, **partials}
+    stalled = {**events_guard.stalled(fetch, now, after), **partials_guard.stalled(partials, now, after)}
     for source in set(_stall_sought) - set(stalled):
         del _stall_sought[source]
-    persisting = False
-    for source, offset in stalled.items():
+    rejoin = False
+    for source, stall in stalled.items():
+        tp = TP(*source)
         sought = _stall_sought.get(source)
         if sought is None:
             _stall_sought[source] = time.monotonic()
             metrics.stall_reported()
-            log.warning("partition %s[%d]: fetched to offset %s but nothing handed over for %.0f s: seeking back to %d",
-                        source[0], source[1], {**fetch, **partials}[source].fetched_to, STALL_S, offset)
-            await _seek(TP(*source), offset)
+            if stall.fetching and stall.expected is not None:
+                log.warning("partition %s[%d]: fetched to offset %s but nothing handed over for %.0f s: "
+                            "seeking back to %d", tp.topic, tp.partition, states[source].fetched_to, STALL_S,
+                            stall.expected)
+                await _seek(tp, stall.expected)
+                continue
+            log.warning("partition %s[%d]: assigned but not fetched for %.0f s (%s): rejoining the group",
+                        tp.topic, tp.partition, STALL_S, _not_fetched_why(tp))
+            rejoin = True
         elif time.monotonic() - sought >= STALL_S:
-            persisting = True
-    if persisting and time.monotonic() - _last_rejoin >= 3 * STALL_S:
+            rejoin = True
+    if rejoin and time.monotonic() - _last_rejoin >= 3 * STALL_S:
         _last_rejoin = time.monotonic()
         _stall_sought.clear()
         _rejoin_group()

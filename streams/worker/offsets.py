@@ -13,8 +13,9 @@ each agent passes every record through an :class:`OffsetGuard` first.
   lasts). If ``attempts`` seeks do not bring the expected record, the log really has
   no record there (transaction markers, compaction, retention) and the gap is
   accepted: one pause of about ``attempts * retry_ms`` per such gap.
-* A partition fetched past the expected offset with nothing handed over for a while
-  is *stalled*: :meth:`OffsetGuard.stalled` names it so the worker can seek it too.
+* A partition with nothing handed over for a while that is fetched past the expected
+  offset, or not fetched at all, is *stalled*: :meth:`OffsetGuard.stalled` names it so
+  the worker can seek it back, or rejoin the group.
 
 After a rebalance the expected offset of a partition comes from the agent's own
 checkpoint (what its state already holds, see :meth:`OffsetGuard.expect`), not from
@@ -27,7 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Hashable, NamedTuple
 
-__all__ = ["Gap", "OffsetGuard"]
+from streams.worker.processor import FetchState
+
+__all__ = ["Gap", "OffsetGuard", "Stall"]
 
 
 class Gap(NamedTuple):
@@ -36,6 +39,14 @@ class Gap(NamedTuple):
     expected: int
     got: int
     seek: bool
+
+
+class Stall(NamedTuple):
+    """A partition whose agent was handed nothing for a while: the next offset it expects (None if
+    unknown), and whether the consumer is still fetching it (then faust holds or dropped the records)."""
+
+    expected: int | None
+    fetching: bool
 
 
 class OffsetGuard:
@@ -67,6 +78,10 @@ class OffsetGuard:
         for tp in set(self._seeks) - held:
             del self._seeks[tp]
         self._at = {tp: now_ms for tp in held}
+
+    def restart_clocks(self, now_ms: int) -> None:
+        """Every held partition's stall clock starts now (a recovery kept them paused until now)."""
+        self._at = dict.fromkeys(self._at, now_ms)
 
     def knows(self, partition: Hashable) -> bool:
         """True if the guard has an expected offset for ``partition``."""
@@ -105,18 +120,22 @@ class OffsetGuard:
         self._at[partition] = now_ms
         return None
 
-    def stalled(self, fetch: Mapping[Hashable, tuple[int | None, int | None]], now_ms: int,
-                after_ms: int) -> dict[Hashable, int]:
-        """Partitions fetched past the next expected offset with nothing handed over for ``after_ms``.
+    def stalled(self, fetch: Mapping[Hashable, FetchState], now_ms: int, after_ms: int) -> dict[Hashable, Stall]:
+        """Partitions with nothing handed over for ``after_ms`` that are not simply caught up.
 
-        ``fetch`` maps a partition to (the offset its assignment started from, its fetch
-        position); returns partition -> the next offset the agent expects.
+        Stalled are: a partition fetched past the next expected offset (faust holds or
+        dropped its records), and one the consumer has not fetched at all for
+        ``after_ms`` (paused or without a position: a partition that is fetched gets a
+        response about every fetch wait, records or not). A partition missing from
+        ``fetch`` is not judged.
         """
-        out: dict[Hashable, int] = {}
-        for tp, (start, fetched_to) in fetch.items():
-            expected = self._next.get(tp, start)
-            if fetched_to is None or expected is None or expected >= fetched_to:
+        out: dict[Hashable, Stall] = {}
+        for tp, state in fetch.items():
+            if now_ms - self._at.setdefault(tp, now_ms) < after_ms:
                 continue
-            if now_ms - self._at.setdefault(tp, now_ms) >= after_ms:
-                out[tp] = expected
+            expected = self._next.get(tp, state.position)
+            if state.fetched_at_ms is None or now_ms - state.fetched_at_ms >= after_ms:
+                out[tp] = Stall(expected, fetching=False)
+            elif state.fetched_to is not None and expected is not None and expected < state.fetched_to:
+                out[tp] = Stall(expected, fetching=True)
         return out

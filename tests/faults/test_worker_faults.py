@@ -87,6 +87,22 @@ def send_sentinels(producer: RoutingProducer, router: Router, ts: int, agreement
             producer.send(key, 0.0, ts_ms=ts + i)
 
 
+def _partials_of(aggregates: TopicReader, wrong: dict) -> str:
+    """Where the wrong slots' events went: the partials stage 1 wrote for them (a failure's diagnosis only)."""
+    partials = TopicReader(aggregates.bootstrap, aggregates.topic.replace("aggregates", "partials"), "aggregate")
+    partials.poll(2.0)
+    partials.close()
+    counts: dict = defaultdict(int)
+    slots: dict = defaultdict(set)
+    for _, v in partials.records:
+        slot = (v["bucket"], v["key"])
+        if slot in wrong:
+            counts[slot] += v["count"]
+            slots[slot].add(v["slot"])
+    return (f"partials found for {len(counts)} of the {len(wrong)} wrong slots, e.g. "
+            f"{[(s, counts[s], sorted(slots[s])) for s in list(counts)[:5]]}")
+
+
 def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *workers: Worker) -> None:
     """Wait until every (bucket, key) of the oracle is aggregated with its exact count; then compare all fields."""
     def exact(records: list) -> bool:
@@ -107,7 +123,8 @@ def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *wor
         late.close()
         raise AssertionError(f"{len(wrong)} of {len(oracle)} (bucket, key) slots wrong, (count, expected): "
                              f"{dict(list(wrong.items())[:10])}; {len(late.records)} late events "
-                             f"{[v['reason'] for _, v in late.records[:5]]}\n" + "\n".join(w.tail() for w in workers))
+                             f"{[v['reason'] for _, v in late.records[:5]]}; {_partials_of(aggregates, wrong)}\n"
+                             + "\n".join(w.tail() for w in workers))
     aggregates.poll(2.0)  # anything more would show as a change below
     got = aggregates_by_slot(aggregates.records)
     for slot, stats in oracle.items():

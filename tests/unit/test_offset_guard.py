@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from streams.worker.offsets import Gap, OffsetGuard
+from streams.worker.offsets import Gap, OffsetGuard, Stall
+from streams.worker.processor import FetchState
 
 P1, P2 = ("partials", 1), ("events", 2)
 
@@ -53,21 +54,45 @@ def test_a_gap_that_survives_every_attempt_is_accepted_as_offsets_the_log_does_n
     assert guard.check(P1, 12, now_ms=202) == Gap(11, 12, True)  # a new gap starts its own attempts
 
 
+def fetched(start: int | None, to: int | None, at_ms: int | None = None) -> FetchState:
+    """A partition's fetch state: its assignment started at ``start``, fetched to ``to``, last response at ``at_ms``."""
+    return FetchState(highwater=to, fetched_at_ms=at_ms, position=start, fetched_to=to)
+
+
 def test_a_partition_fetched_past_its_committed_offset_with_nothing_handed_is_stalled_after_the_timeout() -> None:
     guard = OffsetGuard()
     guard.assign([P1, P2], now_ms=0)
-    fetch = {P1: (30, 45), P2: (10, 10)}  # P1 fetched 30..44; P2 caught up
+    fetch = {P1: fetched(30, 45, 9_990), P2: fetched(10, 10, 9_990)}  # P1 fetched 30..44; P2 caught up
     assert guard.stalled(fetch, now_ms=9_999, after_ms=10_000) == {}
-    assert guard.stalled(fetch, now_ms=10_000, after_ms=10_000) == {P1: 30}
+    assert guard.stalled(fetch, now_ms=10_000, after_ms=10_000) == {P1: Stall(30, fetching=True)}
 
 
 def test_records_handed_over_keep_it_from_counting_as_stalled() -> None:
     guard = OffsetGuard()
     guard.assign([P1], now_ms=0)
     assert guard.check(P1, 44, now_ms=9_000) is None
-    assert guard.stalled({P1: (30, 45)}, now_ms=20_000, after_ms=10_000) == {}  # handed up to its position
-    assert guard.stalled({P1: (30, 60)}, now_ms=18_999, after_ms=10_000) == {}  # fetched on, quiet < timeout
-    assert guard.stalled({P1: (30, 60)}, now_ms=19_000, after_ms=10_000) == {P1: 45}
+    assert guard.stalled({P1: fetched(30, 45, 19_000)}, now_ms=20_000, after_ms=10_000) == {}  # handed up to it
+    assert guard.stalled({P1: fetched(30, 60, 18_000)}, now_ms=18_999, after_ms=10_000) == {}  # quiet < timeout
+    assert guard.stalled({P1: fetched(30, 60, 18_000)}, now_ms=19_000, after_ms=10_000) == {P1: Stall(45, True)}
+
+
+def test_an_assigned_partition_the_consumer_has_not_fetched_for_the_timeout_is_stalled_even_if_caught_up() -> None:
+    """faust can leave a partition paused after a rebalance: no fetch response comes for it at all."""
+    guard = OffsetGuard()
+    guard.assign([P1, P2], now_ms=0)
+    fetch = {P1: fetched(7, 7, 500), P2: fetched(3, 3, None)}  # last response at 0.5 s; none ever
+    assert guard.stalled(fetch, now_ms=10_000, after_ms=10_000) == {P2: Stall(3, fetching=False)}
+    assert guard.stalled(fetch, now_ms=10_500, after_ms=10_000) == {P1: Stall(7, False), P2: Stall(3, False)}
+    fresh = {P1: fetched(7, 7, 10_400), P2: fetched(3, 3, 10_400)}  # an idle partition still gets responses
+    assert guard.stalled(fresh, now_ms=10_500, after_ms=10_000) == {}
+
+
+def test_a_recovery_restarts_every_stall_clock() -> None:
+    guard = OffsetGuard()
+    guard.assign([P1], now_ms=0)
+    guard.restart_clocks(30_000)  # paused for recovery until now
+    assert guard.stalled({P1: fetched(3, 3, None)}, now_ms=39_999, after_ms=10_000) == {}
+    assert guard.stalled({P1: fetched(3, 3, None)}, now_ms=40_000, after_ms=10_000) == {P1: Stall(3, False)}
 
 
 def test_a_skipped_record_does_not_count_as_handed_over() -> None:
@@ -75,7 +100,7 @@ def test_a_skipped_record_does_not_count_as_handed_over() -> None:
     guard.assign([P1], now_ms=0)
     guard.expect(P1, 30)
     assert guard.check(P1, 40, now_ms=5_000) is not None
-    assert guard.stalled({P1: (30, 45)}, now_ms=10_000, after_ms=10_000) == {P1: 30}
+    assert guard.stalled({P1: fetched(30, 45, 9_900)}, now_ms=10_000, after_ms=10_000) == {P1: Stall(30, True)}
 
 
 def test_a_new_assignment_forgets_revoked_partitions_and_restarts_every_clock() -> None:
@@ -85,12 +110,13 @@ def test_a_new_assignment_forgets_revoked_partitions_and_restarts_every_clock() 
     guard.assign([P2], now_ms=50_000)
     assert not guard.knows(P1)
     guard.assign([P1, P2], now_ms=60_000)  # P1 back: it starts from its committed offset again
-    assert guard.stalled({P1: (80, 120), P2: (5, 9)}, now_ms=69_999, after_ms=10_000) == {}
-    assert guard.stalled({P1: (80, 120), P2: (5, 9)}, now_ms=70_000, after_ms=10_000) == {P1: 80, P2: 5}
+    fetch = {P1: fetched(80, 120, 69_000), P2: fetched(5, 9, 69_000)}
+    assert guard.stalled(fetch, now_ms=69_999, after_ms=10_000) == {}
+    assert guard.stalled(fetch, now_ms=70_000, after_ms=10_000) == {P1: Stall(80, True), P2: Stall(5, True)}
 
 
-def test_an_unknown_position_is_never_stalled() -> None:
+def test_a_partition_with_no_position_yet_is_judged_only_by_its_fetch_responses() -> None:
     guard = OffsetGuard()
     guard.assign([P1], now_ms=0)
-    assert guard.stalled({P1: (None, None), P2: (3, None)}, now_ms=10**9, after_ms=1) == {}
-
+    assert guard.stalled({P1: fetched(None, None, 9_500)}, now_ms=10**4, after_ms=10**4) == {}
+    assert guard.stalled({P1: fetched(None, None, None)}, now_ms=10**4, after_ms=10**4) == {P1: Stall(None, False)}

@@ -256,3 +256,28 @@ def test_entries_a_recovery_writes_between_two_flushes_are_still_found_and_emitt
     outputs += b.tick().outputs
     label = TimeBuckets("1m").bucket_of(T0).label
     assert (merged(outputs).get((label, "moved")), merged(outputs).get((label, "stay"))) == (10, 2)
+
+
+def test_a_worker_taking_a_partition_over_resumes_at_the_offset_after_its_owners_checkpoint() -> None:
+    """What the offset guard expects first after a rebalance: not faust's commit, the stage-1 checkpoint."""
+    clock, ids, data = Clock(T0), UUIDv7Generator(), {}
+    a = worker(data, clock, [0, 1], name="a")
+    for offset in range(7):
+        a.handle(message(0, offset, payload("k", T0 + offset, 1.0, str(ids.next())), "k"))
+    a.persist(lambda: None)
+    b = worker(data, clock, [0, 1], name="b")  # the changelog as the new owner recovers it
+    b.store.mark_stale()
+    assert b.resume_offset(("events", 0)) == 7
+    assert b.resume_offset(("events", 1)) is None  # never checkpointed: the first record is taken as it comes
+
+
+def test_stage_2_records_its_partials_offsets_and_reads_them_back_after_a_recovery() -> None:
+    writes: list[tuple[int, str, Any]] = []
+    data: dict[str, Any] = {}
+    merger = PartialMerger(data, lambda *w: writes.append(w), TimeBuckets("1m"), 600_000)
+    assert merger.resume_offset(3) is None
+    merger.checkpoint({3: 41, 5: 9})
+    assert (3, "@offset|3", 41) in writes and (5, "@offset|5", 9) in writes  # to the changelog, per partition
+    recovered = PartialMerger(dict(data), lambda *w: None, TimeBuckets("1m"), 600_000)
+    assert (recovered.resume_offset(3), recovered.resume_offset(5)) == (42, 10)
+    assert recovered.expire(T0 + 10**9) == 0 and recovered.resume_offset(3) == 42  # not a bucket entry
