@@ -500,9 +500,11 @@ def _fetch_states(wanted: Callable[[str], bool] = is_events_topic) -> dict[tuple
             if state is None:
                 continue
             fetched_to = state.position if state.has_valid_position else None
-            start = committed.get(tp)  # where this assignment started; never past what was processed
-            if start is None:
-                start = fetched_to
+            # Where this assignment started: the committed offset, never past what was processed.
+            # None (faust keeps none for 0 either): the group starts at the log's beginning
+            # (consumer_auto_offset_reset="earliest"), whatever the fetch position says; taking
+            # the fetch position hid a partition fetched to its end with nothing handed over.
+            start = committed.get(tp) or 0
             out[(tp.topic, tp.partition)] = FetchState(state.highwater, state.timestamp, start, fetched_to)
         return out
     except AttributeError as exc:
@@ -597,8 +599,6 @@ async def tick() -> None:
     # No await between the close and the checkpoint (persist runs before the first ack
     # yields): no record may be handled against a close that is not yet checkpointed.
     fetch = _fetch_states()
-    if fetch is not None:
-        await _revive_stalled(fetch)
     result = processor.tick(fetch)
     for output in result.outputs:
         _send(output)
@@ -606,6 +606,8 @@ async def tick() -> None:
     _write(topic_names.sketches, instance_id.encode(), orjson.dumps(result.summary.to_record()))
     metrics.observe_tick(processor, result, decider)
     merger.expire(int(time.time() * 1000))
+    if fetch is not None:
+        await _revive_stalled(fetch)
 
 
 BUCKET_TOPICS_REFRESH_S = float(os.environ.get("STREAMS_BUCKET_TOPICS_REFRESH_S", "2.0"))

@@ -125,7 +125,8 @@ class FetchState(NamedTuple):
     ``highwater`` is the offset the next produced record will get and ``fetched_at_ms``
     the wall clock of the last fetch response for the partition (both None before the
     first); ``position`` the offset the consumer started this assignment from (its
-    committed offset, else its fetch position; None before it is known);
+    committed offset, else 0: the group reads a partition it never committed from the
+    beginning; None before it is known);
     ``fetched_to`` how far the consumer has fetched and handed on (its fetch position).
     """
 
