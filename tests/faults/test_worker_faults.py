@@ -25,7 +25,6 @@ from test_worker_buckets import (  # noqa: E402
 )
 from worker_harness import TopicReader, Worker, running_worker, worker_env  # noqa: E402
 
-import pytest
 from confluent_kafka.admin import AdminClient
 
 from streams.core.aggregate import Stats
@@ -132,12 +131,6 @@ def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *wor
             (stats.count, stats.sum, stats.min, stats.max), slot
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap (issues 13, 14): in some runs (1 of 2 in one CI run today, 0 of 3 locally) the survivor's faust "
-    "consumer fetches taken-over partitions to their end without handing the records to the agent, with faust's "
-    "own delivery loop as with the worker's shortcut; the worker now detects it after 10 s and rejoins the group, "
-    "which revives the partitions, but in one CI run the buckets still did not close within 90 s and in one local "
-    "run 72 of 360 slots came out short after the revival; cause not found"))
 def test_one_of_two_workers_killed_mid_stream_and_restarted_leaves_every_aggregate_exact_without_replay(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     """Issue 14, item 4: the survivor must judge the partitions it takes over by their own progress."""

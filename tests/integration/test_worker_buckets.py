@@ -9,11 +9,13 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
+import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from worker_harness import TopicReader, running_worker
 
 from streams.core.aggregate import Stats
+from streams.core.ids import UUIDv7Generator
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.producer import RoutingProducer
@@ -101,13 +103,25 @@ def test_events_late_events_and_dead_letters_add_up_and_replay_corrects_exactly_
         for i in range(20):
             raw.produce(names.events, corrupt[i % len(corrupt)], b"corrupt", partition=i % PARTITIONS)
             n_events += 1
+        # Issue 14, items 1 and 2: a key too long to sketch (it crash-looped the worker), and a late
+        # event whose content-type header is null (it was lost): dead-lettered naming the key, and late.
+        ids = UUIDv7Generator()
+        poison = orjson.dumps({"id": str(ids.next()), "id_kind": "uuid7", "ts_ms": t0 + 3 * WIDTH_MS, "key": "p" * 1025,
+                               "value": 1.0, "attributes": {}})
+        raw.produce(names.events, poison, b"poison", partition=0, headers=[("streams-salt", b"-1")])
+        null_type = {"id": str(ids.next()), "id_kind": "uuid7", "ts_ms": t0 + 1, "key": "k-null-type", "value": 7.0,
+                     "attributes": {}}
+        raw.produce(names.events, orjson.dumps(null_type), b"k-null-type", partition=1,
+                    headers=[("content-type", None), ("streams-salt", b"-1")])
+        late_oracle[(labels[0], "k-null-type")].add(7.0)
+        n_events += 2
         assert raw.flush(10) == 0 and producer.close().failed == 0
 
         late = TopicReader(kafka_bootstrap, names.late_events, "late_event")
         dead = TopicReader(kafka_bootstrap, names.dead_letters, "dead_letter")
         aggregates = TopicReader(kafka_bootstrap, names.aggregates, "aggregate")
-        assert late.until(lambda rs: len(rs) >= 30, 60, worker)
-        assert dead.until(lambda rs: len(rs) >= 20, 60, worker)
+        assert late.until(lambda rs: len(rs) >= 31, 60, worker)
+        assert dead.until(lambda rs: len(rs) >= 21, 60, worker)
         on_time = {slot: s for slot, s in oracle.items()}
         assert aggregates.until(lambda rs: all(aggregates_by_slot(rs).get(slot, {}).get("count") == s.count
                                                for slot, s in on_time.items()), 60, worker)
@@ -121,17 +135,19 @@ def test_events_late_events_and_dead_letters_add_up_and_replay_corrects_exactly_
                 (stats.count, stats.sum, stats.min, stats.max)
         assert all(v["reason"] == "bucket closed" for _, v in late.records)
         assert {v["field"] for _, v in dead.records} >= {"id"} and None not in {v["field"] for _, v in dead.records}
+        assert [v["field"] for k, v in dead.records if k == b"poison"] == ["key"]
+        assert [v["content_type"] for k, v in late.records if k == b"k-null-type"] == ["application/json"]
 
         # Replay: the late events go back into their bucket, exactly, and a second run changes nothing.
         expected = {slot: on_time.get(slot, Stats.empty()).merge(s) for slot, s in late_oracle.items()}
         client = {"bootstrap.servers": kafka_bootstrap}
         summary = replay_late(client, names.late_events, names.partials, buckets, 3_600_000)
-        assert (summary.replayed, summary.duplicates, summary.failed) == (30, 0, 0)
+        assert (summary.replayed, summary.duplicates, summary.failed) == (31, 0, 0)
         assert aggregates.until(lambda rs: all(aggregates_by_slot(rs)[slot]["count"] == s.count
                                                for slot, s in expected.items()), 60, worker)
         after_once = aggregates_by_slot(aggregates.records)
         again = replay_late(client, names.late_events, names.partials, buckets, 3_600_000)
-        assert again.replayed == 30
+        assert again.replayed == 31
         n_before = len(aggregates.records)
         assert aggregates.until(lambda rs: len(rs) >= n_before + again.corrections, 60, worker)
         assert aggregates_by_slot(aggregates.records) == after_once, "replaying twice changes nothing"
