@@ -543,9 +543,17 @@ async def _revive_stalled(fetch: Mapping[tuple[str, int], FetchState]) -> None:
     over is sought back to the next offset its agent expects; one not fetched at all,
     or still stalled ``STALL_S`` after its seek, makes the worker rejoin the group (at
     most once per ``3 * STALL_S``), whose rebalance rebuilds faust's consumer state.
-    Logged and counted (``streams_stalled_partitions_reported``).
+    Logged and counted (``streams_stalled_partitions_reported``), as are the offset gaps
+    the guards accepted since the last tick (``streams_offset_gaps{outcome="accepted"}``).
     """
     global _last_rejoin
+    for guard in (events_guard, partials_guard):
+        for tp, gap in guard.accepted:
+            log.warning("partition %s[%d]: offsets %d..%d never came after %d seeks: the log holds none there "
+                        "(transaction markers, compaction or retention); going on from %d", tp.topic, tp.partition,
+                        gap.expected, gap.got - 1, guard.attempts, gap.got)
+            metrics.offset_gap("accepted")
+        guard.accepted.clear()
     now, after = int(time.time() * 1000), int(STALL_S * 1000)
     partials = _fetch_states(_is_partials_topic) or {}
     states = {**fetch, **partials}

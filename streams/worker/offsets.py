@@ -53,14 +53,14 @@ class OffsetGuard:
     """Per assigned partition: the next offset its agent expects, and when it was last handed a record.
 
     ``retry_ms`` is the least time between two seeks for one gap; after ``attempts``
-    (at least 1) seeks that did not bring the expected offset the gap is accepted (counted in
-    :attr:`accepted_gaps`).
+    (at least 1) seeks that did not bring the expected offset the gap is accepted and
+    listed in :attr:`accepted` as (partition, gap) for the caller to report and clear.
     """
 
     def __init__(self, retry_ms: int = 1_000, attempts: int = 3) -> None:
         self.retry_ms = retry_ms
         self.attempts = attempts
-        self.accepted_gaps = 0
+        self.accepted: list[tuple[Hashable, Gap]] = []
         self.sought = 0
         self._next: dict[Hashable, int] = {}
         self._at: dict[Hashable, int] = {}
@@ -113,7 +113,7 @@ class OffsetGuard:
                 self._seeks[partition] = (expected, count + 1, now_ms)
                 self.sought += 1
                 return Gap(expected, offset, True)
-            self.accepted_gaps += 1  # the log has no record there: go on from this one
+            self.accepted.append((partition, Gap(expected, offset, False)))  # the log has no record there
         self._seeks.pop(partition, None)
         if expected is None or offset >= expected:
             self._next[partition] = offset + 1

@@ -39,7 +39,7 @@ def test_a_gap_asks_for_one_seek_per_retry_interval_and_skips_the_buffered_recor
     assert guard.check(P1, 9, now_ms=0) == Gap(5, 9, True)
     assert guard.check(P1, 10, now_ms=999) == Gap(5, 10, False)  # fetched before the seek
     assert guard.check(P1, 9, now_ms=1_000) == Gap(5, 9, True)  # still no 5: seek again
-    assert guard.sought == 2 and guard.accepted_gaps == 0
+    assert guard.sought == 2 and guard.accepted == []
 
 
 def test_a_gap_that_survives_every_attempt_is_accepted_as_offsets_the_log_does_not_hold() -> None:
@@ -49,7 +49,7 @@ def test_a_gap_that_survives_every_attempt_is_accepted_as_offsets_the_log_does_n
     assert guard.check(P1, 9, now_ms=100) == Gap(5, 9, True)
     assert guard.check(P1, 9, now_ms=150) == Gap(5, 9, False)
     assert guard.check(P1, 9, now_ms=200) is None
-    assert guard.accepted_gaps == 1
+    assert guard.accepted == [(P1, Gap(5, 9, False))]
     assert guard.check(P1, 10, now_ms=201) is None
     assert guard.check(P1, 12, now_ms=202) == Gap(11, 12, True)  # a new gap starts its own attempts
 
