@@ -37,8 +37,8 @@ class WorkerMetrics:
                                "wall clock at close minus the bucket's close time, last close", registry=r)
         self.rejected = Counter("streams_rejected_sketch_summaries", "malformed sketch summaries", registry=r)
         self.stalls = Counter("streams_stalled_partitions_reported",
-                              "events or partials partitions the consumer fetched past without handing their records over",
-                              registry=r)
+                              "events or partials partitions whose agent got nothing while the consumer fetched "
+                              "past it, or did not fetch them at all", registry=r)
         self.gaps = Counter("streams_offset_gaps",
                             "records handed over past the next expected offset: sought back, or accepted as "
                             "offsets the log does not hold", ["outcome"], registry=r)
@@ -60,7 +60,7 @@ class WorkerMetrics:
         self.outputs.labels(role).inc()
 
     def stall_reported(self) -> None:
-        """Count one stalled events partition reported (see ``EventProcessor.stalled``)."""
+        """Count one stalled partition reported (see ``streams.worker.offsets.OffsetGuard.stalled``)."""
         self.stalls.inc()
 
     def offset_gap(self, outcome: str) -> None:

@@ -25,6 +25,7 @@ __all__ = ["PartialMerger"]
 
 _OFFSET_KEY = "@offset|"  # not a bucket entry: "<bucket_start_ms>|<key>" always starts with a digit or "-"
 
+
 class PartialMerger:
     """Keeps the latest partial of every slot and returns the merged aggregate.
 
