@@ -366,6 +366,9 @@ async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # no
     _stall_sought.clear()
     events_guard.assign((tp for tp in assigned if is_events_topic(tp.topic)), now_ms)
     partials_guard.assign((tp for tp in assigned if _is_partials_topic(tp.topic)), now_ms)
+    held = {tp.partition for tp in assigned if _is_partials_topic(tp.topic)}
+    for partition in set(_partials_progress) - held:
+        del _partials_progress[partition]  # its new owner checkpoints it; ours would go back in time
     processor.store.mark_stale()
     if any(tp.topic == topic_names.sketches for tp in assigned):
         _directory_known = False  # another instance may have decided meanwhile: read the topic again

@@ -1,4 +1,4 @@
-"""Three narrow changes to how faust-streaming drives its consumer, installed by the worker app.
+"""Four narrow changes to how faust-streaming drives its consumer, installed by the worker app.
 
 Each replaces one function of a library class in this worker process only, keeps
 faust's semantics, and says why it is needed. They are installed by
@@ -16,6 +16,10 @@ faust's semantics, and says why it is needed. They are installed by
   already moved its position past those records; nothing fetches them again unless a
   later seek happens to cover them. The replacement notes what it dropped and seeks
   back to it before the next fetch if the position is still past it.
+* :func:`skip_empty_commit`: faust's aiokafka driver keeps only the offsets of assigned
+  partitions and commits the rest even when none is left; right after a subscription
+  change (the worker's bucket-topic resubscription) aiokafka has no assignment at all,
+  raises ``IllegalStateError('No partitions assigned')``, and faust crashes the worker.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["install", "cap_fetch_wait", "direct_delivery", "refetch_dropped", "ReadOffsets", "first_undelivered"]
+__all__ = ["install", "cap_fetch_wait", "direct_delivery", "refetch_dropped", "skip_empty_commit", "ReadOffsets",
+           "first_undelivered"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +44,7 @@ def install() -> None:
     if not _installed:
         cap_fetch_wait()
         refetch_dropped()
+        skip_empty_commit()
         if os.environ.get("STREAMS_FAUST_DIRECT", "1") != "0":
             direct_delivery()
         _installed = True
@@ -306,3 +312,28 @@ async def _seek_back(consumer: Any, dropped: dict[Any, int]) -> None:  # pragma:
             log.warning("%s[%d]: faust dropped fetched records from offset %d (position %d): fetching them again",
                         tp.topic, tp.partition, offset, position)
             await consumer.seek(tp, offset)
+
+
+def skip_empty_commit() -> None:
+    """Make faust's aiokafka ``Consumer._commit`` a no-op (False: nothing committed) when no offset is of an assigned partition.
+
+    faust filters the offsets by the current assignment and then always calls
+    aiokafka's ``commit``. Between a subscription change and the rebalance that
+    follows it aiokafka has no assignment; its ``commit`` then raises
+    ``IllegalStateError`` even for no offsets, and faust answers that by crashing
+    the worker (seen once in eight runs of the topic-per-bucket test). With nothing
+    assigned there is nothing to commit: the partitions' next owners commit them.
+    """
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    thread_class = faust_aiokafka.AIOKafkaConsumerThread
+    original = thread_class._commit  # noqa: SLF001
+
+    async def _commit(self: Any, offsets: Mapping[Any, int]) -> bool:
+        assigned = self.assignment()
+        if not any(tp in assigned for tp in offsets):
+            return False
+        return await original(self, offsets)
+
+    thread_class._commit = _commit  # noqa: SLF001
+

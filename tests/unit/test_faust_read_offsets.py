@@ -288,3 +288,32 @@ def test_getmany_does_not_seek_when_the_rebalance_already_sought_below_the_dropp
     consumer.positions[TP] = 8  # the rebalance's seek to the committed offset came after the fetch
     asyncio.run(_collect(faust_consumer.Consumer.getmany, consumer))
     assert consumer.sought == []
+
+
+def test_a_commit_with_no_assigned_partition_left_commits_nothing_instead_of_crashing_the_worker() -> None:
+    """Right after a resubscription aiokafka has no assignment; faust's own _commit then crashes the worker."""
+    from aiokafka.errors import IllegalStateError
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    from streams.worker import faust_patches
+
+    calls: list[dict[Any, int]] = []
+
+    async def original(self: Any, offsets: dict[Any, int]) -> bool:  # faust's behaviour, reduced to the crash
+        calls.append(dict(offsets))
+        if not self.assignment():
+            raise IllegalStateError("No partitions assigned")
+        return True
+
+    thread_class = faust_aiokafka.AIOKafkaConsumerThread
+    saved = thread_class._commit
+    thread_class._commit = original
+    try:
+        faust_patches.skip_empty_commit()
+        patched = thread_class._commit
+        between = SimpleNamespace(assignment=lambda: set())
+        assert asyncio.run(patched(between, {TP: 120})) is False and calls == []
+        assigned = SimpleNamespace(assignment=lambda: {TP})
+        assert asyncio.run(patched(assigned, {TP: 120, OTHER: 7})) is True and calls == [{TP: 120, OTHER: 7}]
+    finally:
+        thread_class._commit = saved
