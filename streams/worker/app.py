@@ -421,12 +421,15 @@ async def _skip(stream: Any, event: Any, gap: Gap) -> None:
     await _seek(msg.tp, gap.expected)
 
 
+SEEK_TIMEOUT_S = 5.0
+
+
 async def _seek(tp: Any, offset: int) -> None:
-    """Seek one assigned partition (aiokafka's position and faust's read offset) to ``offset``."""
+    """Seek one assigned partition (aiokafka's position and faust's read offset) to ``offset``, for at most 5 s."""
     try:
-        await app.consumer.seek_wait({tp: offset})
-    except Exception as exc:  # noqa: BLE001 - a failed seek leaves the gap, found again on the next record or tick
-        log.warning("seek of %s[%d] to %d failed: %s", tp.topic, tp.partition, offset, exc)
+        await asyncio.wait_for(app.consumer.seek_wait({tp: offset}), SEEK_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - a failed seek leaves the gap, found again on the next record or check
+        log.warning("seek of %s[%d] to %d failed: %r", tp.topic, tp.partition, offset, exc)
 
 
 async def _flush_and_ack() -> None:
@@ -436,10 +439,13 @@ async def _flush_and_ack() -> None:
     come after it, and faust flushes its producer before it commits, so a committed
     offset never runs ahead of the stored state.
     """
-    if _partials_progress:
-        merger.checkpoint(_partials_progress)  # lands with the flush below, before these records are acknowledged
-        _partials_progress.clear()
     processor.persist(_flush_writes)
+    if _partials_progress:
+        # After the flush: the checkpoint vouches for aggregates the broker already has
+        # (written with them, it could land first and outlive them in a crash).
+        merger.checkpoint(_partials_progress)
+        _partials_progress.clear()
+        _flush_writes()
     for stream, pending in ((_events_stream, _unacked), (_partials_stream, _unacked_partials)):
         if stream is None or not pending:
             continue
@@ -617,6 +623,14 @@ async def tick() -> None:
     _write(topic_names.sketches, instance_id.encode(), orjson.dumps(result.summary.to_record()))
     metrics.observe_tick(processor, result, decider)
     merger.expire(int(time.time() * 1000))
+
+
+@app.timer(interval=1.0)
+async def watch_offsets() -> None:
+    """Once a second, outside the tick (a seek must never hold a bucket close): revive stalled partitions."""
+    if app.rebalancing:
+        return
+    fetch = _fetch_states()
     if fetch is not None:
         await _revive_stalled(fetch)
 

@@ -42,7 +42,7 @@ class Gap(NamedTuple):
 
 
 class Stall(NamedTuple):
-    """A partition whose agent was handed nothing for a while: the next offset it expects (None if
+    """A partition whose agent was handed nothing for a while: the offset to read it again from (None if
     unknown), and whether the consumer is still fetching it (then faust holds or dropped the records)."""
 
     expected: int | None
@@ -63,6 +63,7 @@ class OffsetGuard:
         self.accepted: list[tuple[Hashable, Gap]] = []
         self.sought = 0
         self._next: dict[Hashable, int] = {}
+        self._handed: dict[Hashable, int] = {}  # the last offset handed over since the partition was assigned
         self._at: dict[Hashable, int] = {}
         self._seeks: dict[Hashable, tuple[int, int, int]] = {}  # partition -> (expected, seeks so far, last seek at)
 
@@ -75,6 +76,7 @@ class OffsetGuard:
         held = set(partitions)
         for tp in set(self._next) - held:
             del self._next[tp]
+        self._handed.clear()  # the consumer starts every partition again from its committed offset
         for tp in set(self._seeks) - held:
             del self._seeks[tp]
         self._at = {tp: now_ms for tp in held}
@@ -117,25 +119,30 @@ class OffsetGuard:
         self._seeks.pop(partition, None)
         if expected is None or offset >= expected:
             self._next[partition] = offset + 1
+        if offset > self._handed.get(partition, -1):
+            self._handed[partition] = offset
         self._at[partition] = now_ms
         return None
 
     def stalled(self, fetch: Mapping[Hashable, FetchState], now_ms: int, after_ms: int) -> dict[Hashable, Stall]:
         """Partitions with nothing handed over for ``after_ms`` that are not simply caught up.
 
-        Stalled are: a partition fetched past the next expected offset (faust holds or
-        dropped its records), and one the consumer has not fetched at all for
-        ``after_ms`` (paused or without a position: a partition that is fetched gets a
-        response about every fetch wait, records or not). A partition missing from
-        ``fetch`` is not judged.
+        Stalled are: a partition fetched past the record after the last one handed over
+        since it was assigned (or past the offset its assignment started from, if none
+        was), so faust holds or dropped records; and one the consumer has not fetched at
+        all for ``after_ms`` (paused or without a position: a partition that is fetched
+        gets a response about every fetch wait, records or not). The checkpoint's
+        expected offset plays no part here: records below it must still be delivered
+        to know they were. A partition missing from ``fetch`` is not judged.
         """
         out: dict[Hashable, Stall] = {}
         for tp, state in fetch.items():
             if now_ms - self._at.setdefault(tp, now_ms) < after_ms:
                 continue
-            expected = self._next.get(tp, state.position)
+            last = self._handed.get(tp)
+            needed = state.position if last is None else last + 1
             if state.fetched_at_ms is None or now_ms - state.fetched_at_ms >= after_ms:
-                out[tp] = Stall(expected, fetching=False)
-            elif state.fetched_to is not None and expected is not None and expected < state.fetched_to:
-                out[tp] = Stall(expected, fetching=True)
+                out[tp] = Stall(needed, fetching=False)
+            elif state.fetched_to is not None and needed is not None and needed < state.fetched_to:
+                out[tp] = Stall(needed, fetching=True)
         return out

@@ -25,6 +25,7 @@ from test_worker_buckets import (  # noqa: E402
 )
 from worker_harness import TopicReader, Worker, running_worker, worker_env  # noqa: E402
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streams.core.aggregate import Stats
@@ -86,6 +87,28 @@ def send_sentinels(producer: RoutingProducer, router: Router, ts: int, agreement
             producer.send(key, 0.0, ts_ms=ts + i)
 
 
+def _group_progress(bootstrap: str, group: str, topics: list[str]) -> str:
+    """Per partition of ``topics``: the group's committed offset / the end offset, and who holds it (diagnosis only)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        members = admin.describe_consumer_groups([group])[group].result(10).members
+        holder = {(tp.topic, tp.partition): m.member_id[-6:] for m in members
+                  for tp in m.assignment.topic_partitions}
+        out = []
+        for topic in topics:
+            parts = [TopicPartition(topic, p) for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions]
+            committed = consumer.committed(parts, timeout=10)
+            out.append(topic + ": " + " ".join(
+                f"{tp.partition}:{c.offset}/{consumer.get_watermark_offsets(tp, timeout=5)[1]}@"
+                f"{holder.get((topic, tp.partition), '-')}" for tp, c in zip(parts, committed)))
+        return "; ".join(out)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the failure it explains
+        return f"group progress unreadable: {exc}"
+    finally:
+        consumer.close()
+
+
 def _partials_of(aggregates: TopicReader, wrong: dict) -> str:
     """Where the wrong slots' events went: the partials stage 1 wrote for them (a failure's diagnosis only)."""
     partials = TopicReader(aggregates.bootstrap, aggregates.topic.replace("aggregates", "partials"), "aggregate")
@@ -102,7 +125,8 @@ def _partials_of(aggregates: TopicReader, wrong: dict) -> str:
             f"{[(s, counts[s], sorted(slots[s])) for s in list(counts)[:5]]}")
 
 
-def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *workers: Worker) -> None:
+def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *workers: Worker,
+                 group: str | None = None) -> None:
     """Wait until every (bucket, key) of the oracle is aggregated with its exact count; then compare all fields."""
     def exact(records: list) -> bool:
         got = aggregates_by_slot(records)
@@ -122,7 +146,8 @@ def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *wor
         late.close()
         raise AssertionError(f"{len(wrong)} of {len(oracle)} (bucket, key) slots wrong, (count, expected): "
                              f"{dict(list(wrong.items())[:10])}; {len(late.records)} late events "
-                             f"{[v['reason'] for _, v in late.records[:5]]}; {_partials_of(aggregates, wrong)}\n"
+                             f"{[v['reason'] for _, v in late.records[:5]]}; {_partials_of(aggregates, wrong)}; "
+                             f"{_group_progress(aggregates.bootstrap, group, [aggregates.topic.replace('aggregates', t) for t in ('events', 'partials')]) if group else ''}\n"
                              + "\n".join(w.tail() for w in workers))
     aggregates.poll(2.0)  # anything more would show as a change below
     got = aggregates_by_slot(aggregates.records)
@@ -166,7 +191,7 @@ def test_one_of_two_workers_killed_mid_stream_and_restarted_leaves_every_aggrega
         first = next(iter(oracle))
         assert aggregates.until(lambda rs: first in aggregates_by_slot(rs), 90, b), b.tail()
         a.start()  # and back: the partitions move once more
-        assert_exact(aggregates, oracle, 150, a, b)
+        assert_exact(aggregates, oracle, 150, a, b, group=group)
         late = TopicReader(kafka_bootstrap, names.late_events, "late_event")
         dead = TopicReader(kafka_bootstrap, names.dead_letters, "dead_letter")
         late.poll(1.0), dead.poll(0.5)

@@ -120,3 +120,13 @@ def test_a_partition_with_no_position_yet_is_judged_only_by_its_fetch_responses(
     guard.assign([P1], now_ms=0)
     assert guard.stalled({P1: fetched(None, None, 9_500)}, now_ms=10**4, after_ms=10**4) == {}
     assert guard.stalled({P1: fetched(None, None, None)}, now_ms=10**4, after_ms=10**4) == {P1: Stall(None, False)}
+
+
+def test_a_checkpoint_ahead_of_everything_fetched_does_not_hide_records_that_were_never_handed_over() -> None:
+    """A partition never committed: faust fetched it to its end and handed nothing; its checkpoint says 50."""
+    guard = OffsetGuard()
+    guard.assign([P1], now_ms=0)
+    guard.expect(P1, 50)
+    assert guard.stalled({P1: fetched(0, 40, 9_900)}, now_ms=10_000, after_ms=10_000) == {P1: Stall(0, True)}
+    assert guard.check(P1, 0, now_ms=10_001) is None  # re-read from 0 after the seek: below 50, handed on
+    assert guard.stalled({P1: fetched(0, 40, 19_900)}, now_ms=20_001, after_ms=10_000) == {P1: Stall(1, True)}
