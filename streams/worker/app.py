@@ -625,11 +625,37 @@ async def tick() -> None:
     merger.expire(int(time.time() * 1000))
 
 
+RECOVERY_STALL_S = 30.0
+_recovery_progress: tuple[int, float] | None = None  # (changelog records still to restore, since when)
+
+
 @app.timer(interval=1.0)
 async def watch_offsets() -> None:
-    """Once a second, outside the tick (a seek must never hold a bucket close): revive stalled partitions."""
+    """Once a second, outside the tick (a seek must never hold a bucket close): revive stalled partitions.
+
+    During a rebalance it watches faust's changelog recovery instead: one whose count of
+    records still to restore has not moved for ``RECOVERY_STALL_S`` (faust then only logs
+    "No event received for active tp", and waits for ever; seen once in the two-worker kill
+    test) makes the worker rejoin the group, which restarts the recovery. A slow recovery
+    that moves is left alone.
+    """
+    global _recovery_progress, _last_rejoin
     if app.rebalancing:
+        try:
+            remaining = app.tables.recovery.active_remaining_total()
+        except AttributeError:
+            return
+        now = time.monotonic()
+        if _recovery_progress is None or _recovery_progress[0] != remaining or remaining == 0:
+            _recovery_progress = (remaining, now)
+        elif now - _recovery_progress[1] >= RECOVERY_STALL_S and now - _last_rejoin >= 3 * STALL_S:
+            log.warning("changelog recovery has not moved for %.0f s (%d records to restore): rejoining the group",
+                        RECOVERY_STALL_S, remaining)
+            metrics.stall_reported()
+            _last_rejoin, _recovery_progress = now, None
+            _rejoin_group()
         return
+    _recovery_progress = None
     fetch = _fetch_states()
     if fetch is not None:
         await _revive_stalled(fetch)
