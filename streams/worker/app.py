@@ -758,6 +758,9 @@ async def merge_partials(stream: Any) -> None:
         progress[msg.partition] = max(msg.offset, progress.get(msg.partition, -1))
         try:
             partial = codec.decode(msg.value)
+            if merger.expired(partial, int(time.time() * 1000)):
+                raise SerializationError(f"partial of bucket {partial['bucket']} is past retention: merged alone it "
+                                         "would replace the exact aggregate", field="bucket_start_ms")
             merged = merger.apply(msg.partition, partial)
         except SerializationError as exc:
             _send(Output("dead_letters", msg.key or b"", {

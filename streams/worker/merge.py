@@ -66,14 +66,29 @@ class PartialMerger:
             self.data[key] = offset
             self._changelog(partition, key, offset)
 
-    def resume_offset(self, partition: int) -> int | None:
-        """The first offset of ``partition`` past the last checkpointed one (None if none was recorded)."""
+    def resume_offset(self, partition: int) -> int:
+        """The first offset of ``partition`` past the last checkpointed one: 0 if none was recorded.
+
+        Acknowledgements follow checkpoints, so without one no record of the partition
+        was ever acknowledged, and a committed offset past the log's start was not ours.
+        """
         offset = self.data.get(f"{_OFFSET_KEY}{partition}")
-        return offset + 1 if isinstance(offset, int) else None
+        return offset + 1 if isinstance(offset, int) else 0
+
+    def expired(self, partial: Mapping[str, Any], now_ms: int) -> bool:
+        """True if ``partial``'s bucket is past retention: its entry was (or would be) dropped by :meth:`expire`.
+
+        Merged alone, such a partial would replace the exact aggregate with one slot's
+        share (a partials partition read again from its start, for instance).
+        """
+        return int(partial["bucket_start_ms"]) < self._horizon(now_ms)
+
+    def _horizon(self, now_ms: int) -> int:
+        return now_ms - self.retention_ms - self.buckets.width_ms
 
     def expire(self, now_ms: int) -> int:
         """Drop entries whose bucket ended more than ``retention_ms`` before ``now_ms``; returns how many."""
-        horizon = now_ms - self.retention_ms - self.buckets.width_ms
+        horizon = self._horizon(now_ms)
         dropped = 0
         for entry_key in [k for k in self.data if not k.startswith(_OFFSET_KEY) and int(k.split("|", 1)[0]) < horizon]:
             partition = self.data.pop(entry_key)[0]

@@ -520,17 +520,18 @@ class EventProcessor:
                 # and one whose re-read records are all duplicates does not hold the watermark.
                 self.watermarks.restore(self._source_id(source), cp.event_times, now)
 
-    def resume_offset(self, source: Source) -> int | None:
-        """The first offset of ``source`` that no checkpoint vouches for (None if it has none).
+    def resume_offset(self, source: Source) -> int:
+        """The first offset of ``source`` that no checkpoint vouches for: 0 if it has none.
 
         Re-reads the store first if a recovery made it stale. Records below it are
         recognised as handled; a record past it after a rebalance means the consumer
-        skipped some (see :mod:`streams.worker.offsets`).
+        skipped some (see :mod:`streams.worker.offsets`). No checkpoint means no record
+        of the source was ever acknowledged (acknowledgements follow checkpoints), so a
+        committed offset past the log's start was not this worker's doing.
         """
         if self.store.stale:
             self.recover()
-        durable = self._durable.get(source)
-        return None if durable is None else durable + 1
+        return self._durable.get(source, -1) + 1
 
     def checkpoint(self) -> bool:
         """Record progress (offsets handled, buckets closed) in the store; True if anything was written.

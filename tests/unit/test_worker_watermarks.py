@@ -268,16 +268,23 @@ def test_a_worker_taking_a_partition_over_resumes_at_the_offset_after_its_owners
     b = worker(data, clock, [0, 1], name="b")  # the changelog as the new owner recovers it
     b.store.mark_stale()
     assert b.resume_offset(("events", 0)) == 7
-    assert b.resume_offset(("events", 1)) is None  # never checkpointed: the first record is taken as it comes
+    assert b.resume_offset(("events", 1)) == 0  # never checkpointed: never acknowledged, read from the start
 
 
 def test_stage_2_records_its_partials_offsets_and_reads_them_back_after_a_recovery() -> None:
     writes: list[tuple[int, str, Any]] = []
     data: dict[str, Any] = {}
     merger = PartialMerger(data, lambda *w: writes.append(w), TimeBuckets("1m"), 600_000)
-    assert merger.resume_offset(3) is None
+    assert merger.resume_offset(3) == 0  # nothing ever acknowledged
     merger.checkpoint({3: 41, 5: 9})
     assert (3, "@offset|3", 41) in writes and (5, "@offset|5", 9) in writes  # to the changelog, per partition
     recovered = PartialMerger(dict(data), lambda *w: None, TimeBuckets("1m"), 600_000)
     assert (recovered.resume_offset(3), recovered.resume_offset(5)) == (42, 10)
     assert recovered.expire(T0 + 10**9) == 0 and recovered.resume_offset(3) == 42  # not a bucket entry
+
+
+def test_stage_2_refuses_a_partial_of_a_bucket_past_retention_rather_than_merge_it_alone() -> None:
+    merger = PartialMerger({}, lambda *w: None, TimeBuckets("1m"), 600_000)
+    old, fresh = {"bucket_start_ms": T0}, {"bucket_start_ms": T0 + 60_000}
+    now = T0 + 60_000 + 600_000 + 1  # the first bucket ended 10 min + 1 ms ago
+    assert merger.expired(old, now) and not merger.expired(fresh, now)
