@@ -83,7 +83,7 @@ from streams.kafka.monitor import Monitor
 from streams.worker import faust_patches
 from streams.worker.bucket_topics import BucketTopicSubscription, TopicList
 from streams.worker.merge import PartialMerger
-from streams.worker.offsets import Gap, OffsetGuard
+from streams.worker.offsets import OffsetGuard, Skip
 from streams.worker.processor import EventProcessor, FetchState, InMessage, Output, Stage1Store
 
 log = logging.getLogger("streams.app")
@@ -404,12 +404,12 @@ _events_stream: Any = None
 _partials_stream: Any = None
 
 
-async def _skip(stream: Any, event: Any, gap: Gap) -> None:
-    """A record past its partition's expected offset: not handled; seek back so the skipped records come again.
+async def _skip(stream: Any, event: Any, gap: Skip) -> None:
+    """A record the offset guard refused: not handled; for a gap, seek back so the skipped records come again.
 
-    It is acknowledged at once (faust then forgets it; its offset is re-read after the
-    seek and handled then), which cannot let a commit pass the unhandled records
-    before it: faust commits only up to the first offset not acknowledged.
+    It is acknowledged at once (faust then forgets it; a record past a gap is re-read
+    after the seek and handled then), which cannot let a commit pass the unhandled
+    records before it: faust commits only up to the first offset not acknowledged.
     """
     await stream.ack(event)
     if not gap.seek:

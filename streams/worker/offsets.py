@@ -7,7 +7,9 @@ then lets the commit pass records no agent was handed (see
 silently wrong aggregate, so the worker does not rely on faust getting this right:
 each agent passes every record through an :class:`OffsetGuard` first.
 
-* A record at the expected offset, or below it (re-read after a seek), is handed on.
+* A record at the expected offset, or below it (re-read after a rebalance), is handed
+  on, unless it was handed over already since the partition was assigned (a copy
+  faust had buffered before a seek, fetched again): handling it twice could turn it late.
 * A record *past* it means records were skipped: it is not handled, and the guard
   asks for a seek back to the expected offset (once per ``retry_ms`` while the gap
   lasts). If ``attempts`` seeks do not bring the expected record, the log really has
@@ -30,11 +32,12 @@ from typing import Hashable, NamedTuple
 
 from streams.worker.processor import FetchState
 
-__all__ = ["Gap", "OffsetGuard", "Stall"]
+__all__ = ["OffsetGuard", "Skip", "Stall"]
 
 
-class Gap(NamedTuple):
-    """A record past the expected offset: do not handle it; seek back to ``expected`` if ``seek``."""
+class Skip(NamedTuple):
+    """A record not to handle: past the expected offset (a gap: seek back to ``expected`` if ``seek``), or
+    one already handed over since the partition was assigned (a buffered copy a seek fetched again)."""
 
     expected: int
     got: int
@@ -60,7 +63,7 @@ class OffsetGuard:
     def __init__(self, retry_ms: int = 1_000, attempts: int = 3) -> None:
         self.retry_ms = retry_ms
         self.attempts = attempts
-        self.accepted: list[tuple[Hashable, Gap]] = []
+        self.accepted: list[tuple[Hashable, Skip]] = []
         self.sought = 0
         self._next: dict[Hashable, int] = {}
         self._handed: dict[Hashable, int] = {}  # the last offset handed over since the partition was assigned
@@ -94,28 +97,31 @@ class OffsetGuard:
         if offset is not None:
             self._next[partition] = offset
 
-    def check(self, partition: Hashable, offset: int, now_ms: int) -> Gap | None:
-        """None if the record at ``offset`` may be handled (and is counted as handed over); else the gap.
+    def check(self, partition: Hashable, offset: int, now_ms: int) -> Skip | None:
+        """None if the record at ``offset`` may be handled (and is counted as handed over); else why not.
 
-        An unknown partition accepts its first record. A gap asks for a seek at most
-        once per ``retry_ms``; the ``attempts``-th time the same gap is seen after
-        that many seeks it is accepted and the record handed on.
+        An unknown partition accepts its first record. A record handed over before in
+        this assignment is skipped. A gap asks for a seek at most once per
+        ``retry_ms``; the ``attempts``-th time the same gap is seen after that many
+        seeks it is accepted and the record handed on.
         """
+        if offset <= self._handed.get(partition, -1):
+            return Skip(self._next.get(partition, offset + 1), offset, False)
         expected = self._next.get(partition)
         if expected is not None and offset > expected:
             seeks = self._seeks.get(partition)
             if seeks is None or seeks[0] != expected:
                 self._seeks[partition] = (expected, 1, now_ms)
                 self.sought += 1
-                return Gap(expected, offset, True)
+                return Skip(expected, offset, True)
             _, count, last = seeks
             if now_ms - last < self.retry_ms:
-                return Gap(expected, offset, False)
+                return Skip(expected, offset, False)
             if count < self.attempts:
                 self._seeks[partition] = (expected, count + 1, now_ms)
                 self.sought += 1
-                return Gap(expected, offset, True)
-            self.accepted.append((partition, Gap(expected, offset, False)))  # the log has no record there
+                return Skip(expected, offset, True)
+            self.accepted.append((partition, Skip(expected, offset, False)))  # the log has no record there
         self._seeks.pop(partition, None)
         if expected is None or offset >= expected:
             self._next[partition] = offset + 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.worker.offsets import Gap, OffsetGuard, Stall
+from streams.worker.offsets import Skip, OffsetGuard, Stall
 from streams.worker.processor import FetchState
 
 P1, P2 = ("partials", 1), ("events", 2)
@@ -14,21 +14,21 @@ def test_an_unknown_partition_accepts_its_first_record_and_then_expects_the_next
     assert guard.check(P1, 40, now_ms=0) is None
     assert guard.knows(P1)
     assert guard.check(P1, 41, now_ms=1) is None
-    assert guard.check(P1, 43, now_ms=2) == Gap(expected=42, got=43, seek=True)
+    assert guard.check(P1, 43, now_ms=2) == Skip(expected=42, got=43, seek=True)
 
 
 def test_records_below_the_expected_offset_pass_as_re_reads_without_moving_it_back() -> None:
     guard = OffsetGuard()
     guard.expect(P1, 10)
     assert guard.check(P1, 7, now_ms=0) is None  # faust sought back to its committed offset
-    assert guard.check(P1, 12, now_ms=0) == Gap(10, 12, True)  # 10 is still what must come next
+    assert guard.check(P1, 12, now_ms=0) == Skip(10, 12, True)  # 10 is still what must come next
 
 
 def test_a_checkpoint_after_a_rebalance_turns_a_commit_past_unhandled_records_into_a_gap() -> None:
     guard = OffsetGuard()
     guard.assign([P2], now_ms=0)
     guard.expect(P2, 500)  # the checkpoint vouches for offsets up to 499
-    assert guard.check(P2, 620, now_ms=5) == Gap(500, 620, True)  # faust's commit said 620
+    assert guard.check(P2, 620, now_ms=5) == Skip(500, 620, True)  # faust's commit said 620
     assert guard.check(P2, 500, now_ms=6) is None  # the seek brought them back
     assert guard.check(P2, 501, now_ms=6) is None
 
@@ -36,22 +36,22 @@ def test_a_checkpoint_after_a_rebalance_turns_a_commit_past_unhandled_records_in
 def test_a_gap_asks_for_one_seek_per_retry_interval_and_skips_the_buffered_records_meanwhile() -> None:
     guard = OffsetGuard(retry_ms=1_000, attempts=3)
     guard.expect(P1, 5)
-    assert guard.check(P1, 9, now_ms=0) == Gap(5, 9, True)
-    assert guard.check(P1, 10, now_ms=999) == Gap(5, 10, False)  # fetched before the seek
-    assert guard.check(P1, 9, now_ms=1_000) == Gap(5, 9, True)  # still no 5: seek again
+    assert guard.check(P1, 9, now_ms=0) == Skip(5, 9, True)
+    assert guard.check(P1, 10, now_ms=999) == Skip(5, 10, False)  # fetched before the seek
+    assert guard.check(P1, 9, now_ms=1_000) == Skip(5, 9, True)  # still no 5: seek again
     assert guard.sought == 2 and guard.accepted == []
 
 
 def test_a_gap_that_survives_every_attempt_is_accepted_as_offsets_the_log_does_not_hold() -> None:
     guard = OffsetGuard(retry_ms=100, attempts=2)
     guard.expect(P1, 5)  # 5..8: a transaction marker, compacted away, or past retention
-    assert guard.check(P1, 9, now_ms=0) == Gap(5, 9, True)
-    assert guard.check(P1, 9, now_ms=100) == Gap(5, 9, True)
-    assert guard.check(P1, 9, now_ms=150) == Gap(5, 9, False)
+    assert guard.check(P1, 9, now_ms=0) == Skip(5, 9, True)
+    assert guard.check(P1, 9, now_ms=100) == Skip(5, 9, True)
+    assert guard.check(P1, 9, now_ms=150) == Skip(5, 9, False)
     assert guard.check(P1, 9, now_ms=200) is None
-    assert guard.accepted == [(P1, Gap(5, 9, False))]
+    assert guard.accepted == [(P1, Skip(5, 9, False))]
     assert guard.check(P1, 10, now_ms=201) is None
-    assert guard.check(P1, 12, now_ms=202) == Gap(11, 12, True)  # a new gap starts its own attempts
+    assert guard.check(P1, 12, now_ms=202) == Skip(11, 12, True)  # a new gap starts its own attempts
 
 
 def fetched(start: int | None, to: int | None, at_ms: int | None = None) -> FetchState:
@@ -130,3 +130,15 @@ def test_a_checkpoint_ahead_of_everything_fetched_does_not_hide_records_that_wer
     assert guard.stalled({P1: fetched(0, 40, 9_900)}, now_ms=10_000, after_ms=10_000) == {P1: Stall(0, True)}
     assert guard.check(P1, 0, now_ms=10_001) is None  # re-read from 0 after the seek: below 50, handed on
     assert guard.stalled({P1: fetched(0, 40, 19_900)}, now_ms=20_001, after_ms=10_000) == {P1: Stall(1, True)}
+
+
+def test_a_record_handed_over_before_in_this_assignment_is_skipped_not_handled_twice() -> None:
+    """After a seek back to the stall's offset faust hands over its buffered copies and the re-fetched ones."""
+    guard = OffsetGuard()
+    guard.assign([P1], now_ms=0)
+    for offset in (261, 262, 263):
+        assert guard.check(P1, offset, now_ms=1) is None
+    assert guard.check(P1, 262, now_ms=2) == Skip(264, 262, False)  # the second copy of 262
+    assert guard.check(P1, 264, now_ms=3) is None
+    guard.assign([P1], now_ms=4)  # a rebalance: faust re-reads from the committed offset, and those count
+    assert guard.check(P1, 262, now_ms=5) is None
