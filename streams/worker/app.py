@@ -404,7 +404,7 @@ _events_stream: Any = None
 _partials_stream: Any = None
 
 
-async def _skip(stream: Any, event: Any, gap: Skip) -> None:
+async def _skip(stream: Any, event: Any, skip: Skip) -> None:
     """A record the offset guard refused: not handled; for a gap, seek back so the skipped records come again.
 
     It is acknowledged at once (faust then forgets it; a record past a gap is re-read
@@ -412,13 +412,13 @@ async def _skip(stream: Any, event: Any, gap: Skip) -> None:
     records before it: faust commits only up to the first offset not acknowledged.
     """
     await stream.ack(event)
-    if not gap.seek:
+    if not skip.seek:
         return
     msg = event.message
     log.warning("partition %s[%d]: handed offset %d while %d was expected: seeking back to %d",
-                msg.topic, msg.partition, gap.got, gap.expected, gap.expected)
+                msg.topic, msg.partition, skip.got, skip.expected, skip.expected)
     metrics.offset_gap("sought")
-    await _seek(msg.tp, gap.expected)
+    await _seek(msg.tp, skip.expected)
 
 
 SEEK_TIMEOUT_S = 5.0
@@ -469,9 +469,9 @@ async def process_events(stream: Any) -> None:
         tp = msg.tp
         if not events_guard.knows(tp):
             events_guard.expect(tp, processor.resume_offset(tp))
-        gap = check(tp, msg.offset, int(clock() * 1000))
-        if gap is not None:
-            await _skip(manual, event, gap)
+        skip = check(tp, msg.offset, int(clock() * 1000))
+        if skip is not None:
+            await _skip(manual, event, skip)
             continue
         for output in handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
                                        dict(msg.headers) if msg.headers else no_headers)):
@@ -751,9 +751,9 @@ async def merge_partials(stream: Any) -> None:
         tp = msg.tp
         if not partials_guard.knows(tp):
             partials_guard.expect(tp, merger.resume_offset(msg.partition))
-        gap = check(tp, msg.offset, int(time.time() * 1000))
-        if gap is not None:
-            await _skip(manual, event, gap)
+        skip = check(tp, msg.offset, int(time.time() * 1000))
+        if skip is not None:
+            await _skip(manual, event, skip)
             continue
         progress[msg.partition] = max(msg.offset, progress.get(msg.partition, -1))
         try:
