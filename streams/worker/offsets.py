@@ -92,10 +92,9 @@ class OffsetGuard:
         """True if the guard has an expected offset for ``partition``."""
         return partition in self._next
 
-    def expect(self, partition: Hashable, offset: int | None) -> None:
-        """Set the next offset ``partition`` must be handed (from a checkpoint); None leaves it unknown."""
-        if offset is not None:
-            self._next[partition] = offset
+    def expect(self, partition: Hashable, offset: int) -> None:
+        """Set the next offset ``partition`` must be handed (from the agent's checkpoint, 0 without one)."""
+        self._next[partition] = offset
 
     def check(self, partition: Hashable, offset: int, now_ms: int) -> Skip | None:
         """None if the record at ``offset`` may be handled (and is counted as handed over); else why not.
