@@ -232,7 +232,8 @@ def measure(bootstrap: str, group: str, topic: str, records: int, procs: list[su
         if now - last[0] > stall_s:
             raise NotTimed(f"stalled at {done:,} of {records:,} committed (no progress for {stall_s:g} s)")
         time.sleep(0.2)  # polling committed offsets: the measurement's clock, not a synchronisation
-    assert start is not None
+    if start is None:
+        raise NotTimed(f"all {records:,} records were committed before the group held all {len(procs)} processes")
     if start[1] >= records:
         held = f", once the group held all {len(procs)} processes," if len(procs) > 1 else ""
         raise NotTimed(f"the first commit{held} covered all {records:,} records: too few to time")
@@ -260,14 +261,16 @@ class Run(NamedTuple):
 
 
 def timed_row(run: Run, label: str, name: str, command: list[str], envs: list[Mapping[str, str]], group: str,
-              output: str | None = None, decode: Decoder | None = None) -> Row:
-    """Run ``command`` once per environment in ``envs`` (consumer group ``group``) and time it.
+              output: str | None = None, decode: Decoder | None = None, reads_in: str | None = None) -> Row:
+    """Run ``command`` once per environment in ``envs`` (``group`` names the run) and time it.
 
-    With ``output``, the results there (read with ``decode``) are then checked against the oracle.
+    ``reads_in`` is the consumer group that reads the events topic (default ``group``;
+    the streams worker's stage 1 reads in ``<app_id>-events``). With ``output``, the
+    results there (read with ``decode``) are then checked against the oracle.
     """
     with running(command, envs, run.logs, group) as procs:
         try:
-            rate = measure(run.bootstrap, group, run.topic, run.records, procs)
+            rate = measure(run.bootstrap, reads_in or group, run.topic, run.records, procs)
         except NotTimed as exc:
             return Row(label, name, len(envs), None, f"not timed: {exc}; see {run.logs}/{group}-*.log")
         note = "—"
@@ -347,7 +350,7 @@ def main() -> int:
         group = f"bench-{tag}-streams1"
         ours = timed_row(run, "streams", "streams worker: validate, sketch, watermark, roller, stage-1 + stage-2 state",
                          faust_worker("streams.app"), [streams_env(bootstrap, topic, group)], group,
-                         f"{group}.aggregates", streams_aggregate)
+                         f"{group}.aggregates", streams_aggregate, f"{group}-events")
         group = f"bench-{tag}-quix"
         quix = timed_row(run, "Quix", "Quix Streams: tumbling 1 min window, sum + count, RocksDB + changelog",
                          [sys.executable, str(APPS / "quix_app.py")],
@@ -358,7 +361,7 @@ def main() -> int:
         two = timed_row(run, "streams ×2", "streams worker ×2, one consumer group (from when both hold partitions)",
                         faust_worker("streams.app"),
                         [{**streams_env(bootstrap, topic, group), "STREAMS_INSTANCE": f"{group}-{i}"}
-                         for i in range(2)], group, f"{group}.aggregates", streams_aggregate)
+                         for i in range(2)], group, f"{group}.aggregates", streams_aggregate, f"{group}-events")
 
     rows = (base, ours, two, quix)
     print(f"`python bench/bench_worker.py{' --quick' if args.quick else ''}` — {n:,} events ({KEYS} keys, "

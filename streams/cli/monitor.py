@@ -76,7 +76,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help=f"the routing-map history to show the map in force and the next one from "
                              f"(default: {TopicNames().routing_maps}; missing: not shown)")
     topics.add_argument("--group", metavar="GROUP",
-                        help=f"consumer group whose lag to show (default: the worker app id, {WorkerSettings().app_id})")
+                        help=f"consumer group whose lag to show (default: stage 1's group, {WorkerSettings().events_group})")
     view = parser.add_argument_group("output")
     view.add_argument("--once", action="store_true",
                       help="print one snapshot (rates over one --interval) and exit")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                                                                 ("events", args.events_topic),
                                                                 ("routing_maps", args.routing_maps_topic)) if value})
     worker = load(WorkerSettings)
-    group = args.group or worker.app_id
+    group = args.group or worker.events_group
     with Monitor(kafka_client_config(args), events_topic=names.events, hot_keys_topic=names.hot_keys, group=group,
                  routing_maps_topic=names.routing_maps, buckets=TimeBuckets(worker.bucket_width, grace=worker.grace),
                  timeout_s=args.timeout) as monitor:

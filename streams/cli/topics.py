@@ -138,7 +138,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                            "the worker's grace, 10s)")
     roll.add_argument("--group", metavar="GROUP",
                       help="consumer group that must have consumed a topic to its end before it is deleted "
-                           "(default: the worker's app_id, streams-worker)")
+                           "(default: stage 1's group, <app_id>-events: streams-worker-events)")
     roll.add_argument("--now", type=instant_ms, metavar="TIME",
                       help="plan as if the clock read TIME: epoch ms or ISO 8601, e.g. 2026-12-02T11:00:00Z "
                            "(default: now)")
@@ -247,7 +247,7 @@ def _roll(args: argparse.Namespace) -> int:
     retention_ms = args.retention
     if retention_ms is None:
         retention_ms = require_duration("retention (from the worker settings)", worker.retention)
-    group = args.group or worker.app_id
+    group = args.group or worker.events_group
     config = kafka_client_config(args)
     result = roll_bucket_topics(config, template, buckets, ahead=args.ahead, retention_ms=retention_ms,
                                 partitions=args.partitions or settings.partitions,
@@ -318,7 +318,7 @@ def _grow(args: argparse.Namespace) -> int:
     names, producer, worker = _names(args), load(ProducerSettings, **_width(args)), load(WorkerSettings)
     config, buckets = kafka_client_config(args), TimeBuckets(producer.bucket_width, grace=producer.grace)
     per_bucket = BUCKET_PLACEHOLDER in names.events
-    changelog = f"{worker.app_id}-stage1-changelog"
+    changelog = worker.stage1_changelog
     history = _history(config, names.routing_maps, buckets, args.timeout)
     # Stage 1 writes each change to the changelog partition of its source partition, so the
     # changelog grows with the events topic, and with a template ahead of the bucket topics to come.

@@ -315,6 +315,18 @@ class WorkerSettings:
         require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
                  self.session_timeout_s)
 
+    @property
+    def events_group(self) -> str:
+        """The consumer group stage 1 reads the events topic in (``<app_id>-events``): the group whose lag
+        on the events topic is the worker's backlog. faust's own group (``app_id``) reads the
+        partials and sketches topics."""
+        return f"{self.app_id}-events"
+
+    @property
+    def stage1_changelog(self) -> str:
+        """The compacted topic stage 1's state is changelogged to, partition p for source partition p."""
+        return f"{self.app_id}-stage1-changelog"
+
     def balance_policy(self) -> BalancePolicy:
         """The decider's policy from the ``balance_*`` settings (``settle_s`` is the window).
 

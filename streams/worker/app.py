@@ -1,12 +1,14 @@
 """The faust app: wires the worker core to Kafka.  ``faust -A streams.app worker -l info``
 
 Settings come from :mod:`streams.core.config` (``STREAMS_*`` variables or the TOML file
-named by ``STREAMS_CONFIG``). Agents and timers, one job each:
+named by ``STREAMS_CONFIG``). Stage 1 and faust's agents and timers, one job each:
 
-* ``process_events`` (events topic): :meth:`EventProcessor.handle`; late events and
-  dead letters go to their topics, on-time events into stage-1 state.
-* ``tick`` (timer, every ``tick_s``): closes due buckets (partials + bucket-closed),
-  publishes this instance's hot-key sketch summary.
+* ``stage1`` (:class:`~streams.worker.stage1.Stage1Loop`, its own librdkafka consumer
+  in group ``<app_id>-events`` and its own thread, started and stopped by
+  ``Stage1Service``): reads the events topic in batches into
+  :meth:`EventProcessor.handle` (late events and dead letters go to their topics,
+  on-time events into stage-1 state) and every ``tick_s`` closes due buckets
+  (partials + bucket-closed) and publishes this instance's hot-key sketch summary.
 * ``decide_hot_keys`` (sketches topic, one partition, so one decider): merges every
   instance's latest summary (heavy keys and partition rates) and runs the load-aware
   :class:`~streams.core.hotkeys.decider.BalanceDecider`; each directory change goes to
@@ -15,9 +17,11 @@ named by ``STREAMS_CONFIG``). Agents and timers, one job each:
   the key's canonical bytes. The instance that takes the sketches partition first
   reads that topic back, so it continues the directory the producers apply.
 * ``merge_partials`` (partials topic, keyed by the real key): stage 2, the exact
-  merged aggregate per (bucket, key) into the compacted aggregates topic.
+  merged aggregate per (bucket, key) into the compacted aggregates topic;
+  ``flush_stage2`` (timer, every ``tick_s``) makes them durable and acknowledges.
 
-Secured clusters: the worker's faust consumer and producer get the SASL (PLAIN,
+Secured clusters: stage 1's consumer and the writers take ``KafkaSettings.client_config()``
+as it is; the worker's faust consumer and producer get the SASL (PLAIN,
 SCRAM-SHA-256/512) and TLS settings of ``KafkaSettings.client_properties`` (the
 librdkafka names ``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
 ``sasl.password``, ``ssl.ca.location``, ...) as faust ``broker_credentials``
@@ -27,8 +31,9 @@ Credential values are scrubbed from every log record (``install_log_redaction``)
 
 Delivery guarantee: at-least-once, with state that is exact anyway. Stage-1 changes
 are coalesced and written to the changelog every tick (or every FLUSH_EVERY records)
-in the crash-safe order of :meth:`EventProcessor.persist`, and the source records are
-acknowledged only after that; faust flushes its producer before it commits offsets.
+in the crash-safe order of :meth:`EventProcessor.persist`, and offsets are committed
+only after that (a restart resumes at the checkpoint, see :mod:`streams.worker.stage1`);
+stage 2 acknowledges partials only after its flush, and faust commits only acknowledged offsets.
 Each stage-1 entry remembers the source offset it last folded and skips records
 re-read after a crash; stage-2 slots are upserts. faust's ``exactly_once`` (Kafka
 transactions) was not chosen: it would also cover the late-event and dead-letter
@@ -52,7 +57,6 @@ from typing import Any
 import faust
 import orjson
 from faust.types import TP
-from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streams.core.config import (
     KafkaSettings,
@@ -63,7 +67,6 @@ from streams.core.config import (
 )
 from streams.core.errors import (
     ConfigError,
-    DeliveryError,
     HotKeyNoticeError,
     SerializationError,
 )
@@ -75,16 +78,24 @@ from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.core.validate import BUCKET_PLACEHOLDER
-from streams.kafka.admin import TopicAdminError, broker_count, ensure_topics, list_topic_names, project_topic_specs
-from streams.kafka.clients import new_producer
+from streams.kafka.admin import (
+    TopicAdminError,
+    TopicSpec,
+    broker_count,
+    ensure_topics,
+    list_topic_names,
+    project_topic_specs,
+)
 from streams.kafka.maps import RoutingMapFollower
 from streams.kafka.metrics import WorkerMetrics
 from streams.kafka.monitor import Monitor
 from streams.worker import faust_patches
-from streams.worker.bucket_topics import BucketTopicSubscription, TopicList
+from streams.worker.bucket_topics import BucketTopics
 from streams.worker.merge import PartialMerger
 from streams.worker.offsets import OffsetGuard, Skip
-from streams.worker.processor import EventProcessor, FetchState, InMessage, Output, Stage1Store
+from streams.worker.processor import EventProcessor, FetchState, Output, Stage1Store, TickResult
+from streams.worker.stage1 import Stage1Loop
+from streams.worker.writer import KafkaWriter
 
 log = logging.getLogger("streams.app")
 
@@ -169,6 +180,8 @@ def _ssl_context(props: Any) -> ssl.SSLContext:
 
 
 TICK_S = float(os.environ.get("STREAMS_TICK_S", "0.25"))
+#: Records a stage handles between two persists at most (ticks persist more often at low rates).
+FLUSH_EVERY = 2000
 #: How often the worker's consumer refreshes metadata, so added partitions join within about this long.
 METADATA_MAX_AGE_MS = 5_000
 
@@ -205,22 +218,11 @@ app = faust.App(
 
 _raw = {"key_serializer": "raw", "value_serializer": "raw"}
 _buckets = TimeBuckets(worker_settings.bucket_width, grace=worker_settings.grace)
-if BUCKET_PLACEHOLDER in topic_names.events:
-    # Topic per bucket: the channel's names are the bucket topics that exist, kept current
-    # by the follow_bucket_topics timer (see streams.worker.bucket_topics).
-    events_topic = app.topic(**_raw)
-    events_topic.topics = TopicList()
-    bucket_topics: BucketTopicSubscription | None = BucketTopicSubscription(
-        app, topic_names.events, _buckets, events_topic.topics,
-        lambda: list_topic_names(kafka_settings.client_config(), timeout_s=10))
-else:
-    events_topic = app.topic(topic_names.events, **_raw)
-    bucket_topics = None
-
-
-def is_events_topic(topic: str) -> bool:
-    """True if the worker reads events from ``topic`` (the events topic, or one of its bucket topics)."""
-    return topic == topic_names.events or (bucket_topics is not None and bucket_topics.matches(topic))
+# Topic per bucket: stage 1 reads the bucket topics that exist, kept current by the
+# follow_bucket_topics timer (see streams.worker.bucket_topics).
+bucket_topics = BucketTopics(topic_names.events, _buckets,
+                             lambda: list_topic_names(kafka_settings.client_config(), timeout_s=10)) \
+    if BUCKET_PLACEHOLDER in topic_names.events else None
 
 
 def _is_partials_topic(topic: str) -> bool:
@@ -236,72 +238,36 @@ _codecs = {
 }
 
 _json = faust.Schema(key_serializer="json", value_serializer="json")
-stage1_table = app.Table("stage1", partitions=worker_settings.partitions, schema=_json)
 stage2_table = app.Table("stage2", partitions=worker_settings.partitions, schema=_json)
 
-
-# Every record the worker writes (outputs and changelogs) goes through one librdkafka
-# producer: faust's own producer path costs ~10x more per record in Python. Records
-# are acknowledged to faust only after this producer has flushed (see _flush_and_ack),
-# so a committed offset never runs ahead of what reached the broker.
-_writer_instance: Producer | None = None
-_write_errors: list[str] = []
+# Each stage writes through its own librdkafka producer (streams.worker.writer): stage 1
+# runs in its own thread, and acknowledges its input only after its own writes are durable.
+stage1_writer = KafkaWriter(kafka_settings.client_config())
+stage2_writer = KafkaWriter(kafka_settings.client_config())
 
 
-def _writer() -> Producer:
-    """The worker's librdkafka producer, created on first use (not at import)."""
-    global _writer_instance
-    if _writer_instance is None:
-        _writer_instance = new_producer(kafka_settings.client_config(**{
-            "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4"}))
-    return _writer_instance
+def _send(output: Output, writer: KafkaWriter) -> None:
+    writer.write(getattr(topic_names, output.role), output.key, _codecs[output.role].encode(output.record))
+    metrics.sent(output.role)
 
 
-def _on_write(err: Any, _msg: Any) -> None:
-    if err is not None:
-        _write_errors.append(str(err))
-
-
-def _write(topic: str, key: bytes, value: bytes | None, partition: int | None = None,
-           headers: list[tuple[str, bytes]] | None = None) -> None:
-    writer = _writer()
-    unknown_until = None
-    while True:
-        try:
-            if partition is None:
-                writer.produce(topic, value, key, on_delivery=_on_write, headers=headers)
-            else:
-                writer.produce(topic, value, key, partition=partition, on_delivery=_on_write, headers=headers)
-            break
-        except BufferError:
-            writer.poll(0.05)  # local queue full: serve delivery reports to drain it
-        except KafkaException as exc:
-            # A partition added by `streams topics grow` that librdkafka's cached metadata
-            # does not show yet: refresh it (for up to 30 s) rather than fail the write.
-            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
-                raise
-            unknown_until = unknown_until or time.monotonic() + 30
-            if time.monotonic() > unknown_until:
-                raise DeliveryError(f"topic {topic!r} has no partition {partition} after 30 s of metadata refreshes")
-            writer.list_topics(topic, timeout=5)
-    writer.poll(0)
-
-
-def _changelog(table: Any) -> Any:
-    """Write a table change as faust itself would: JSON key and value, the given partition."""
+def _changelog(topic: Callable[[], str], writer: KafkaWriter) -> Callable[[int, str, Any], None]:
+    """Write a state change as faust's tables do: JSON key and value, the given changelog partition."""
     def write(partition: int, key: str, value: Any) -> None:
-        _write(table.changelog_topic.get_topic_name(), orjson.dumps(key),
-               None if value is None else orjson.dumps(value), partition)
+        writer.write(topic(), orjson.dumps(key), None if value is None else orjson.dumps(value), partition)
     return write
 
 
 metrics = WorkerMetrics()
-# What each agent must be handed next: a record past it is a skip by faust (streams.worker.offsets).
-events_guard, partials_guard = OffsetGuard(), OffsetGuard()
+# What stage 2 must be handed next: a record past it is a skip by faust (streams.worker.offsets).
+partials_guard = OffsetGuard()
 _partials_progress: dict[int, int] = {}  # partials partition -> last offset applied since the last flush
-processor = EventProcessor(worker_settings, Stage1Store(stage1_table.data, _changelog(stage1_table)),
-                           instance=instance_id)
-merger = PartialMerger(stage2_table.data, _changelog(stage2_table),
+stage1_data: dict[str, Any] = {}
+processor = EventProcessor(
+    worker_settings,
+    Stage1Store(stage1_data, _changelog(lambda: worker_settings.stage1_changelog, stage1_writer)),
+    instance=instance_id)
+merger = PartialMerger(stage2_table.data, _changelog(stage2_table.changelog_topic.get_topic_name, stage2_writer),
                        _buckets, parse_duration(worker_settings.retention, "retention"))
 # The fleet's routing-map history: the settings' map as version 1, later versions from the
 # routing-maps topic (followed from worker start on). The decider plans against the map in
@@ -334,26 +300,29 @@ _summaries: dict[str, SketchSummary] = {}
 _maps_followed = False
 
 
+def _stage1_specs() -> list[TopicSpec]:
+    """Stage 1's changelog: compacted, partition p for source partition p (faust no longer declares it)."""
+    return [TopicSpec(worker_settings.stage1_changelog, worker_settings.partitions, {"cleanup.policy": "compact"})]
+
+
 @app.on_worker_init.connect
 def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - faust signal signature
     if "--help" in sys.argv or "-h" in sys.argv:
         return  # faust sends this signal even for `worker --help`: do not reach for the broker
     ensure_topics(kafka_settings.client_config(),
-                  project_topic_specs(topic_names, partitions=worker_settings.partitions), timeout_s=30)
+                  [*project_topic_specs(topic_names, partitions=worker_settings.partitions), *_stage1_specs()],
+                  timeout_s=30)
     # faust declares its changelog topics after this signal: replicate them as the project's
     # topics are, so a broker's loss loses no state (acks=all then waits for two of three).
     brokers = broker_count(kafka_settings.client_config(), timeout_s=30)
     app.conf.topic_replication_factor = min(3, brokers)
     if brokers >= 3:
-        for table in (stage1_table, stage2_table):
-            changelog = table.changelog_topic  # already built: set the config it will be declared with
-            changelog.config = {**(changelog.config or {}), "min.insync.replicas": "2"}
+        changelog = stage2_table.changelog_topic  # already built: set the config it will be declared with
+        changelog.config = {**(changelog.config or {}), "min.insync.replicas": "2"}
     global _maps_followed
     if not _maps_followed:  # faust sends this signal twice
         _maps_followed = True
         maps_follower.start()
-    if bucket_topics is not None:  # subscribe to the bucket topics that exist from the first subscription on
-        bucket_topics.apply(bucket_topics.wanted())
     if worker_settings.metrics_port:
         metrics.serve(worker_settings.metrics_port)
 
@@ -361,46 +330,96 @@ def _create_topics(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - fau
 @app.on_partitions_assigned.connect
 async def _assigned(app: faust.App, assigned: Any, **kwargs: Any) -> None:  # noqa: ARG001
     global _directory_known
-    processor.assign((tp.topic, tp.partition) for tp in assigned if is_events_topic(tp.topic))
     now_ms = int(time.time() * 1000)
     _stall_sought.clear()
-    events_guard.assign((tp for tp in assigned if is_events_topic(tp.topic)), now_ms)
     partials_guard.assign((tp for tp in assigned if _is_partials_topic(tp.topic)), now_ms)
     held = {tp.partition for tp in assigned if _is_partials_topic(tp.topic)}
     for partition in set(_partials_progress) - held:
         del _partials_progress[partition]  # its new owner checkpoints it; ours would go back in time
-    processor.store.mark_stale()
     if any(tp.topic == topic_names.sketches for tp in assigned):
         _directory_known = False  # another instance may have decided meanwhile: read the topic again
 
 
 @app.on_rebalance_complete.connect
 async def _recovered(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - faust signal signature
-    """faust has restored the tables of the new assignment (before streams resume): re-read stage 1."""
-    processor.store.mark_stale()
-    now_ms = int(time.time() * 1000)
-    events_guard.restart_clocks(now_ms)  # the recovery kept the partitions paused: not a stall
-    partials_guard.restart_clocks(now_ms)
+    """faust has restored stage 2's table (before streams resume): the pause was not a stall."""
+    partials_guard.restart_clocks(int(time.time() * 1000))
 
 
-def _send(output: Output) -> None:
-    _write(getattr(topic_names, output.role), output.key, _codecs[output.role].encode(output.record))
-    metrics.sent(output.role)
+# -- stage 1: its own consumer and thread (streams.worker.stage1) ------------------------------
 
 
-def _flush_writes() -> None:
-    """Wait until every written record is acknowledged by the broker; raise if any failed."""
-    remaining = _writer().flush(30)
-    if remaining or _write_errors:
-        error = _write_errors[0] if _write_errors else f"{remaining} records unacknowledged after 30 s"
-        del _write_errors[:]
-        raise DeliveryError(f"the worker could not write to Kafka ({error}): stopping before acknowledging input")
+def _after_tick(result: TickResult) -> None:
+    """Publish this instance's sketch summary and refresh the gauges (stage 1's thread, after each durable tick)."""
+    stage1_writer.write(topic_names.sketches, instance_id.encode(), orjson.dumps(result.summary.to_record()))
+    metrics.observe_tick(processor, result, decider)
 
 
-FLUSH_EVERY = 2000
-_unacked: list[Any] = []
+def _stage1_failed(exc: BaseException) -> None:
+    """Stage 1 stopped on an error: crash the worker (faust's loop), so a supervisor restarts it."""
+    loop = _faust_loop
+    if loop is None or loop.is_closed():
+        os._exit(70)  # no loop to stop: never run on without stage 1
+    asyncio.run_coroutine_threadsafe(app.crash(exc), loop)
+
+
+_faust_loop: asyncio.AbstractEventLoop | None = None
+stage1 = Stage1Loop(
+    processor=processor, data=stage1_data, writer=stage1_writer,
+    consumer_config=kafka_settings.client_config(**{
+        "group.id": worker_settings.events_group,
+        "session.timeout.ms": int(worker_settings.session_timeout_s * 1000),
+        "heartbeat.interval.ms": int(max(1.0, worker_settings.session_timeout_s / 3) * 1000),
+        # How soon the group notices partitions `streams topics grow` added.
+        "topic.metadata.refresh.interval.ms": METADATA_MAX_AGE_MS,
+    }),
+    changelog_topic=worker_settings.stage1_changelog,
+    topics=[] if bucket_topics is not None else [topic_names.events],
+    send=lambda output: _send(output, stage1_writer), after_tick=_after_tick, on_durable=metrics.event_in,
+    on_failure=_stage1_failed, tick_s=TICK_S, flush_every=FLUSH_EVERY)
+
+
+@app.service
+class Stage1Service(faust.Service):
+    """Runs :data:`stage1` while the worker runs; stopping the worker persists, commits and leaves its group."""
+
+    async def on_start(self) -> None:
+        """Start stage 1's thread (after faust recovered stage 2)."""
+        global _faust_loop
+        _faust_loop = asyncio.get_running_loop()
+        if bucket_topics is not None:
+            stage1.subscribe(await _faust_loop.run_in_executor(None, bucket_topics.wanted))
+        stage1.start()
+
+    async def on_stop(self) -> None:
+        """Stop stage 1 (it persists what it handled first), without blocking faust's loop."""
+        await asyncio.get_running_loop().run_in_executor(None, stage1.stop)
+
+
+def _flush_and_ack() -> list[Any]:
+    """Make stage 2's aggregates durable, then its offset checkpoint; returns the records now acknowledgeable.
+
+    The checkpoint is written after the flush: written with the aggregates, it could
+    land first and outlive them in a crash. faust flushes its producer before it
+    commits, so a committed offset never runs ahead of the stored state.
+    """
+    stage2_writer.flush()
+    if _partials_progress:
+        merger.checkpoint(_partials_progress)
+        _partials_progress.clear()
+        stage2_writer.flush()
+    batch = _unacked_partials[:]
+    del _unacked_partials[:]
+    return batch
+
+
+async def _ack(batch: list[Any]) -> None:
+    if _partials_stream is not None:
+        for event in batch:
+            await _partials_stream.ack(event)
+
+
 _unacked_partials: list[Any] = []
-_events_stream: Any = None
 _partials_stream: Any = None
 
 
@@ -432,64 +451,15 @@ async def _seek(tp: Any, offset: int) -> None:
         log.warning("seek of %s[%d] to %d failed: %r", tp.topic, tp.partition, offset, exc)
 
 
-async def _flush_and_ack() -> None:
-    """Make stage-1 changes and outputs durable, then acknowledge the records they cover.
-
-    :meth:`EventProcessor.persist` orders the writes so any crash is survivable; acks
-    come after it, and faust flushes its producer before it commits, so a committed
-    offset never runs ahead of the stored state.
-    """
-    processor.persist(_flush_writes)
-    if _partials_progress:
-        # After the flush: the checkpoint vouches for aggregates the broker already has
-        # (written with them, it could land first and outlive them in a crash).
-        merger.checkpoint(_partials_progress)
-        _partials_progress.clear()
-        _flush_writes()
-    for stream, pending in ((_events_stream, _unacked), (_partials_stream, _unacked_partials)):
-        if stream is None or not pending:
-            continue
-        batch = pending[:]
-        del pending[:]
-        if pending is _unacked:
-            metrics.event_in(len(batch))
-        for event in batch:
-            await stream.ack(event)
-
-
-@app.agent(events_topic)
-async def process_events(stream: Any) -> None:
-    """Stage 1: every events record is folded, routed late, or dead-lettered."""
-    global _events_stream
-    _events_stream = manual = stream.noack()
-    handle, unacked, no_headers = processor.handle, _unacked, {}
-    check, clock = events_guard.check, time.time
-    async for event in manual.events():
-        msg = event.message
-        tp = msg.tp
-        if not events_guard.knows(tp):
-            events_guard.expect(tp, processor.resume_offset(tp))
-        skip = check(tp, msg.offset, int(clock() * 1000))
-        if skip is not None:
-            await _skip(manual, event, skip)
-            continue
-        for output in handle(InMessage(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                                       dict(msg.headers) if msg.headers else no_headers)):
-            _send(output)
-        unacked.append(event)
-        if len(unacked) >= FLUSH_EVERY:
-            await _flush_and_ack()
-
-
 _fetch_state_unreadable = False
 
 
-def _fetch_states(wanted: Callable[[str], bool] = is_events_topic) -> dict[tuple[str, int], FetchState] | None:
-    """What the consumer last heard from the broker about each assigned partition of the ``wanted`` topics.
+def _fetch_states(wanted: Callable[[str], bool] = _is_partials_topic) -> dict[tuple[str, int], FetchState] | None:
+    """What faust's consumer last heard from the broker about each assigned partition of the ``wanted`` topics.
 
     Read from aiokafka's subscription state (plain attribute reads; faust runs the
     consumer in its own thread). None, logged once, if this faust/aiokafka does not
-    expose it: the worker then falls back to judging idleness by silence alone.
+    expose it: stalls are then not watched.
     """
     global _fetch_state_unreadable
     try:
@@ -501,7 +471,7 @@ def _fetch_states(wanted: Callable[[str], bool] = is_events_topic) -> dict[tuple
         committed = app.consumer._committed_offset  # noqa: SLF001 - faust's offsets it sought to on assignment
         out: dict[tuple[str, int], FetchState] = {}
         if assignment is None:
-            return out  # not subscribed or assigned yet: every owned source counts as behind
+            return out
         for tp in list(assignment.tps):
             if not wanted(tp.topic):
                 continue
@@ -519,7 +489,7 @@ def _fetch_states(wanted: Callable[[str], bool] = is_events_topic) -> dict[tuple
     except AttributeError as exc:
         if not _fetch_state_unreadable:
             _fetch_state_unreadable = True
-            log.warning("cannot read the consumer's fetch state (%s): idle partitions are judged by silence alone",
+            log.warning("cannot read the consumer's fetch state (%s): stalled partials partitions are not watched",
                         exc)
         return None
 
@@ -556,17 +526,15 @@ async def _revive_stalled(fetch: Mapping[tuple[str, int], FetchState]) -> None:
     the guards accepted since the last tick (``streams_offset_gaps{outcome="accepted"}``).
     """
     global _last_rejoin
-    for guard in (events_guard, partials_guard):
-        for tp, gap in guard.accepted:
-            log.warning("partition %s[%d]: offsets %d..%d never came after %d seeks: the log holds none there "
-                        "(transaction markers, compaction or retention); going on from %d", tp.topic, tp.partition,
-                        gap.expected, gap.got - 1, guard.attempts, gap.got)
-            metrics.offset_gap("accepted")
-        guard.accepted.clear()
+    for tp, gap in partials_guard.accepted:
+        log.warning("partition %s[%d]: offsets %d..%d never came after %d seeks: the log holds none there "
+                    "(transaction markers, compaction or retention); going on from %d", tp.topic, tp.partition,
+                    gap.expected, gap.got - 1, partials_guard.attempts, gap.got)
+        metrics.offset_gap("accepted")
+    partials_guard.accepted.clear()
     now, after = int(time.time() * 1000), int(STALL_S * 1000)
-    partials = _fetch_states(_is_partials_topic) or {}
-    states = {**fetch, **partials}
-    stalled = {**events_guard.stalled(fetch, now, after), **partials_guard.stalled(partials, now, after)}
+    states = fetch
+    stalled = partials_guard.stalled(fetch, now, after)
     for source in set(_stall_sought) - set(stalled):
         del _stall_sought[source]
     rejoin = False
@@ -609,19 +577,11 @@ def _rejoin_group() -> None:
 
 
 @app.timer(interval=TICK_S)
-async def tick() -> None:
-    """Close due buckets and publish this instance's sketch summary."""
+async def flush_stage2() -> None:
+    """Make stage 2's aggregates and checkpoint durable, then acknowledge the partials they cover."""
     if app.rebalancing:
         return
-    # No await between the close and the checkpoint (persist runs before the first ack
-    # yields): no record may be handled against a close that is not yet checkpointed.
-    fetch = _fetch_states()
-    result = processor.tick(fetch)
-    for output in result.outputs:
-        _send(output)
-    await _flush_and_ack()
-    _write(topic_names.sketches, instance_id.encode(), orjson.dumps(result.summary.to_record()))
-    metrics.observe_tick(processor, result, decider)
+    await _ack(_flush_and_ack())
     merger.expire(int(time.time() * 1000))
 
 
@@ -674,7 +634,7 @@ async def follow_bucket_topics() -> None:
     except TopicAdminError as exc:
         log.warning("cannot list the bucket topics: %s", exc)
         return
-    bucket_topics.apply(wanted)
+    stage1.subscribe(wanted)
 
 
 def _published_directory() -> dict[str, tuple[int, ...]]:
@@ -689,7 +649,7 @@ def _publish(decision: Decision, now_s: float, routing_map: RoutingMap) -> None:
     """Write one directory change to the hot-keys topic: a placement notice, or a tombstone for a key sent home."""
     key = canonical_key(decision.key)
     if decision.kind == "retired":
-        _write(topic_names.hot_keys, key, None)
+        stage2_writer.write(topic_names.hot_keys, key, None)
         return
     now_ms = int(now_s * 1000)
     notice = HotKeyNotice(
@@ -697,7 +657,7 @@ def _publish(decision: Decision, now_s: float, routing_map: RoutingMap) -> None:
         estimated_rate=decision.rate, share=decision.share, partitions=routing_map.partitions,
         detected_at_ms=now_ms, hot_since_ms=min(now_ms, int(decision.since_s * 1000)), map_version=routing_map.version,
         detector=instance_id[:1024])
-    _write(topic_names.hot_keys, key, encode_notice(notice), headers=notice_headers())
+    stage2_writer.write(topic_names.hot_keys, key, encode_notice(notice), headers=notice_headers())
 
 
 @app.agent(sketches_topic)
@@ -733,7 +693,7 @@ async def decide_hot_keys(stream: Any) -> None:
             log.info("directory %s: %r -> partitions %s (%.0f events/s, %.1f%% of traffic, home %d)", decision.kind,
                      decision.key[:100], list(decision.partitions), decision.rate, 100 * decision.share, decision.home)
         if decisions:
-            _writer().flush(5)  # a notice is latency-critical: do not let it linger
+            stage2_writer.flush_soon(5)  # a notice is latency-critical: do not let it linger
             plan = decider.last_plan
             if plan is not None:
                 log.info("balance: max/mean %.2f measured, %.2f predicted", max_over_mean(plan.loads_before),
@@ -766,10 +726,10 @@ async def merge_partials(stream: Any) -> None:
             _send(Output("dead_letters", msg.key or b"", {
                 "reason": f"bad partial: {exc}"[:1000], "field": exc.field, "source_topic": msg.topic,
                 "source_partition": msg.partition, "source_offset": msg.offset,
-                "failed_at_ms": int(time.time() * 1000), "original_key": msg.key, "original": msg.value}))
+                "failed_at_ms": int(time.time() * 1000), "original_key": msg.key, "original": msg.value}), stage2_writer)
         else:
-            _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged))
+            _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged), stage2_writer)
         _unacked_partials.append(event)  # acknowledged after the flush that covers its output
         if len(_unacked_partials) >= FLUSH_EVERY:
-            await _flush_and_ack()
+            await _ack(_flush_and_ack())
 

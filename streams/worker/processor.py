@@ -73,6 +73,7 @@ __all__ = ["InMessage", "Output", "TickResult", "Checkpoint", "FetchState", "Sta
 _META = "meta|"
 _IDS = "ids|"
 _MAX_KEY_CHARS = MAX_KEY_BYTES // 4  # a str this short is within MAX_KEY_BYTES whatever its characters
+_MS_LIMIT = 2**62  # the time arithmetic's range; an event time past it is judged as this far
 
 Source = tuple[str, int]  # (topic, partition) a record was read from
 
@@ -575,55 +576,91 @@ class EventProcessor:
 
     def handle(self, msg: InMessage) -> list[Output]:
         """Process one record; returns the late-event or dead-letter record to send, if any."""
+        return self.handle_batch((msg,))
+
+    def handle_batch(self, msgs: Iterable[InMessage]) -> list[Output]:
+        """Process records in order, each as :meth:`handle` would; returns what to send for them, in order.
+
+        The wall clock is read once per batch (a batch is handled in milliseconds), and
+        the sketch is fed once per batch: the results are those of one record at a time.
+        """
         if self.store.stale:
             self.recover()
-        source = (msg.topic, msg.partition)
         now = self._clock_ms()
-        self._seen[source] = msg.offset
-        if msg.offset <= self._durable.get(source, -1):
-            self._duplicates += 1  # re-read after a restart: its effects are already in Kafka
-            return []
-        self._handled[source] = msg.offset
-        self.sketch.add_partition(msg.partition, now / 1000)  # every record is load, whatever becomes of it
-        codec = self._codecs.get(msg.headers.get("content-type", b""), self._default_codec)
-        try:
-            if msg.value is None:
-                raise SerializationError("event: null value (tombstone) on the events topic", field=PAYLOAD)
-            event = codec.decode(msg.value)
-        except SerializationError as exc:
-            return [self._dead_letter(msg, str(exc), exc.field, now)]
-        try:
-            id_kind, id_number = classify_id(event["id"])
-        except InvalidIdError as exc:
-            return [self._dead_letter(msg, f"malformed id: {exc}", "id", now, event["ts_ms"])]
-        key = event["key"]
-        if not key.strip():
-            return [self._dead_letter(msg, "empty key", "key", now, event["ts_ms"])]
-        if len(key) > _MAX_KEY_CHARS and len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
-            # The sketch and the directory could not carry it: stop it before it reaches any state.
-            return [self._dead_letter(msg, f"key too long: more than {MAX_KEY_BYTES} bytes of UTF-8", "key",
-                                      now, event["ts_ms"])]
-        value = event["value"]
-        if value is not None and not math.isfinite(value):
-            return [self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, event["ts_ms"])]
-        # Validated like any header, though stage 1 keys its entries by source partition, not salt.
-        if _salt(msg.headers.get("streams-salt")) is None:
-            return [self._dead_letter(msg, "malformed streams-salt header", "streams-salt", now, event["ts_ms"])]
-        ts = event["ts_ms"]
-        placement = self.roller.add(ts, now, partition=self._source_id(source))
-        kind = placement.kind
-        if kind is PlacementKind.ON_TIME:
-            bucket = placement.bucket
-            assert bucket is not None
-            self.sketch.add(key, now / 1000)
-            event_id = _id_hash(id_kind, id_number) if self._dedup else None
-            if not self.store.fold(source, msg.offset, bucket.index, key, value, event_id):
-                self._duplicates += 1
-            return []
-        if kind in (PlacementKind.LATE, PlacementKind.TOO_OLD):
-            self.sketch.add(key, now / 1000)
-            return [self._late(msg, event, placement.bucket.index, ts, now, placement.reason)]  # type: ignore[union-attr]
-        return [self._dead_letter(msg, placement.reason, "ts_ms", now, None, counted=True)]
+        out: list[Output] = []
+        seen, durable, handled = self._seen, self._durable, self._handled
+        codecs, default_codec = self._codecs, self._default_codec
+        roller_add, fold, dedup = self.roller.add, self.store.fold, self._dedup
+        on_time, late_kinds = PlacementKind.ON_TIME, (PlacementKind.LATE, PlacementKind.TOO_OLD)
+        loads: dict[int, int] = {}  # source partition -> records read (the sketch's partition load)
+        keys: list[str] = []  # keys of on-time and late events (the sketch's key load)
+        sids: dict[Source, int] = {}
+        duplicates = 0
+        for msg in msgs:
+            source = (msg.topic, msg.partition)
+            offset = msg.offset
+            seen[source] = offset
+            if offset <= durable.get(source, -1):
+                duplicates += 1  # re-read after a restart: its effects are already in Kafka
+                continue
+            handled[source] = offset
+            loads[msg.partition] = loads.get(msg.partition, 0) + 1  # every record is load, whatever becomes of it
+            headers = msg.headers
+            try:
+                if msg.value is None:
+                    raise SerializationError("event: null value (tombstone) on the events topic", field=PAYLOAD)
+                event = codecs.get(headers.get("content-type", b""), default_codec).decode(msg.value)
+            except SerializationError as exc:
+                out.append(self._dead_letter(msg, str(exc), exc.field, now))
+                continue
+            ts = event["ts_ms"]
+            try:
+                id_kind, id_number = classify_id(event["id"])
+            except InvalidIdError as exc:
+                out.append(self._dead_letter(msg, f"malformed id: {exc}", "id", now, ts))
+                continue
+            key = event["key"]
+            if not key.strip():
+                out.append(self._dead_letter(msg, "empty key", "key", now, ts))
+                continue
+            if len(key) > _MAX_KEY_CHARS and len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+                # The sketch and the directory could not carry it: stop it before it reaches any state.
+                out.append(self._dead_letter(msg, f"key too long: more than {MAX_KEY_BYTES} bytes of UTF-8", "key",
+                                             now, ts))
+                continue
+            value = event["value"]
+            if value is not None and not math.isfinite(value):
+                out.append(self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, ts))
+                continue
+            # Validated like any header, though stage 1 keys its entries by source partition, not salt.
+            if _salt(headers.get("streams-salt")) is None:
+                out.append(self._dead_letter(msg, "malformed streams-salt header", "streams-salt", now, ts))
+                continue
+            if not -_MS_LIMIT <= ts <= _MS_LIMIT:  # a valid Avro long far past any real clock: future or pre-epoch
+                ts = _MS_LIMIT if ts > 0 else -_MS_LIMIT
+            sid = sids.get(source)
+            if sid is None:
+                sid = sids[source] = self._source_id(source)
+            placement = roller_add(ts, now, partition=sid)
+            kind = placement.kind
+            if kind is on_time:
+                keys.append(key)
+                event_id = _id_hash(id_kind, id_number) if dedup else None
+                if not fold(source, offset, placement.bucket.index, key, value, event_id):  # type: ignore[union-attr]
+                    duplicates += 1
+            elif kind in late_kinds:
+                keys.append(key)
+                out.append(self._late(msg, event, placement.bucket.index, ts, now,  # type: ignore[union-attr]
+                                      placement.reason))
+            else:
+                out.append(self._dead_letter(msg, placement.reason, "ts_ms", now, None, counted=True))
+        self._duplicates += duplicates
+        now_s = now / 1000
+        for partition, count in loads.items():
+            self.sketch.add_partition(partition, now_s, count)
+        if keys:
+            self.sketch.add_many(keys, now_s)
+        return out
 
     def _late(self, msg: InMessage, event: Mapping[str, Any], index: int, ts: int, now: int, reason: str) -> Output:
         bucket = self.buckets.bucket_at_index(index)

@@ -87,6 +87,13 @@ def send_sentinels(producer: RoutingProducer, router: Router, ts: int, agreement
             producer.send(key, 0.0, ts_ms=ts + i)
 
 
+def _progress(aggregates: TopicReader, group: str) -> str:
+    """Stage 1's group on the events topic and faust's (stage 2) on the partials topic (diagnosis only)."""
+    topic = aggregates.topic.replace
+    return (f"{_group_progress(aggregates.bootstrap, f'{group}-events', [topic('aggregates', 'events')])}; "
+            f"{_group_progress(aggregates.bootstrap, group, [topic('aggregates', 'partials')])}")
+
+
 def _group_progress(bootstrap: str, group: str, topics: list[str]) -> str:
     """Per partition of ``topics``: the group's committed offset / the end offset, and who holds it (diagnosis only)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
@@ -147,7 +154,7 @@ def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *wor
         raise AssertionError(f"{len(wrong)} of {len(oracle)} (bucket, key) slots wrong, (count, expected): "
                              f"{dict(list(wrong.items())[:10])}; {len(late.records)} late events "
                              f"{[v['reason'] for _, v in late.records[:5]]}; {_partials_of(aggregates, wrong)}; "
-                             f"{_group_progress(aggregates.bootstrap, group, [aggregates.topic.replace('aggregates', t) for t in ('events', 'partials')]) if group else ''}\n"
+                             f"{_progress(aggregates, group) if group else ''}\n"
                              + "\n".join(w.tail() for w in workers))
     aggregates.poll(2.0)  # anything more would show as a change below
     got = aggregates_by_slot(aggregates.records)

@@ -87,7 +87,7 @@ def test_a_worker_on_a_bucket_template_subscribes_to_each_new_bucket_topic_and_a
         aggregates.close()
 
         # Retention: the first bucket topics go once their buckets are closed, past retention and consumed.
-        group = worker.env["STREAMS_APP_ID"]
+        group = f'{worker.env["STREAMS_APP_ID"]}-events'  # stage 1's group reads the events topics
         old = topics[:2]
         wait_until(lambda: all(p.committed == p.end for progress in group_progress(client, group, old).values()
                                for p in progress), 60, "the worker committed the first bucket topics to their end")

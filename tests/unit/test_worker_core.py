@@ -212,3 +212,40 @@ def test_partitions_read_are_reported_with_their_event_counts_in_the_summary() -
         h.event(f"k{i}", T0 + 1000, 1.0, partition=i % 3 and 1)
     summary = h.processor.tick().summary
     assert dict(summary.partition_counts) == {0: 10, 1: 20}
+
+
+def test_an_event_time_past_the_time_arithmetic_is_dead_lettered_not_raised() -> None:
+    h = Harness()
+    roles = []
+    for ts in (2**63 - 1, -(2**63), 2**62 + 5):  # valid Avro longs a bad clock or a hostile producer can send
+        out = h.event("k", ts, 1.0)
+        roles += [(o.role, o.record["field"]) for o in out]
+    assert roles == [("dead_letters", "ts_ms")] * 3
+    c = h.processor.counts()
+    assert (c.received, c.dead_lettered) == (3, 3)
+
+
+def test_a_batch_is_handled_exactly_as_its_records_one_at_a_time() -> None:
+    rng = random.Random(11)
+    ids = UUIDv7Generator()
+    codec = JsonCodec("event")
+    msgs = []
+    for offset in range(600):
+        partition = rng.randrange(2)
+        ts = T0 + rng.randrange(-120_000, 90_000)  # some late once the watermark moves, some far behind
+        kind = rng.randrange(20)
+        payload = b"{broken" if kind == 0 else codec.encode({
+            "id": "nope" if kind == 1 else str(ids.next()), "id_kind": "uuid7", "ts_ms": ts,
+            "key": " " if kind == 2 else f"k{rng.randrange(7)}", "value": float(rng.randrange(100)), "attributes": {}})
+        headers = {"content-type": b"application/json", "streams-salt": b"x" if kind == 3 else b"-1"}
+        msgs.append(InMessage("events", partition, offset, b"k", payload, headers))
+    one, batched = Harness(clock=Clock(T0 + 70_000)), Harness(clock=Clock(T0 + 70_000))
+    singles = [out for msg in msgs for out in one.processor.handle(msg)]
+    batch = [out for i in range(0, len(msgs), 97) for out in batched.processor.handle_batch(msgs[i:i + 97])]
+    assert singles == batch and any(o.role == "late_events" for o in batch) and any(o.role == "dead_letters" for o in batch)
+    assert one.processor.counts() == batched.processor.counts()
+    one.processor.persist(lambda: None)
+    batched.processor.persist(lambda: None)
+    assert one.data == batched.data
+    s1, s2 = (h.processor.sketch.summary((T0 + 70_000) / 1000, top=16) for h in (one, batched))
+    assert s1 == s2
