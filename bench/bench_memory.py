@@ -101,7 +101,7 @@ def main() -> int:
             samples.append((time.monotonic() - began, rss_mb(pid)))
             stats = producer.close()
             drain_until = time.monotonic() + 30
-            while (done := committed_total(bootstrap, group, topic)) < sent and time.monotonic() < drain_until:
+            while (done := committed_total(bootstrap, f"{group}-events", topic)) < sent and time.monotonic() < drain_until:
                 time.sleep(0.5)  # polling committed offsets until the worker has caught up (or 30 s)
     after = [(t, m) for t, m in samples if t >= WARM_UP_S] or samples[-1:]
     print(f"`python bench/bench_memory.py{' --quick' if args.quick else ''}` — one streams worker, "

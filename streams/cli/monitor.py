@@ -43,7 +43,7 @@ _EPILOG = """\
 examples:
   streams monitor
   streams monitor --once --json | jq '.hot_keys.keys[].key'
-  streams monitor --group streams-worker --interval 5s --hot-keys-topic my.hot-keys --events-topic my.events
+  streams monitor --group streams-worker-events --interval 5s --hot-keys-topic my.hot-keys --events-topic my.events
 
 Hot keys come from the compacted hot-keys topic: the latest notice per key, a
 tombstone removes the key, malformed records are counted, never shown. Rates are

@@ -184,6 +184,7 @@ class Stage1Store:
         self._new_ids: dict[tuple[int, int], list[int]] = {}  # added since the last flush
         self._id_chunks: dict[tuple[int, int], list[str]] = {}  # their changelogged chunk keys
         self._indexed_len = -1
+        self._source_keys: dict[Source, str] = {}  # (topic, partition) -> "topic|partition", the offsets' key
 
     def reindex(self) -> dict[Source, Checkpoint]:
         """Re-read ``data`` after faust recovered or dropped partitions of it.
@@ -319,7 +320,9 @@ class Stage1Store:
             entry = self._live[entry_key] = [partition, {}, Stats.empty()]
             self._index.setdefault(index, set()).add(entry_key)
         offsets = entry[1]
-        source_key = f"{topic}|{partition}"
+        source_key = self._source_keys.get(source)
+        if source_key is None:
+            source_key = self._source_keys[source] = f"{topic}|{partition}"
         if offset <= offsets.get(source_key, -1):
             if ids is not None:
                 ids.add(event_id)  # re-read after a crash: the entry holds it, so its ID counts as seen

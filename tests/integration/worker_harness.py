@@ -34,8 +34,10 @@ class Worker:
     restarts: int = 0
 
     def start(self) -> None:
+        # In the test's folder: faust keeps its data folder (<app_id>-data) in the working directory.
         self.proc = subprocess.Popen([FAUST, "-A", "streams.app", "worker", "-l", "info", "--without-web"],
-                                     env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+                                     env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+                                     cwd=self.log.parent)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, no final commit (a crash)."""

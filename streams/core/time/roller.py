@@ -161,7 +161,7 @@ class BucketRoller:
             return Placement(PlacementKind.FUTURE, None, self.watermarks.floor_ms, 0, REASON_FUTURE)
         index = ts // self.buckets.width_ms
         bucket = self._bucket(index)
-        watermark = self.watermarks.partition_watermark(partition, now)
+        watermark = self.watermarks.partition_watermark_checked(partition, now)
         if watermark is not None:
             # The watermark is monotone, so this also covers every bucket closed before.
             if bucket.end_ms + self.retention_ms <= watermark:
@@ -216,8 +216,8 @@ class BucketRoller:
         else:
             self._count_reason(placement.reason)
         counts[0] += 1
-        if placement.bucket is not None:
-            self.watermarks.observe(partition, event_ts_ms, now_ms)
+        if placement.bucket is not None:  # _classify checked both times
+            self.watermarks.observe_checked(partition, event_ts_ms, now_ms)
         return placement
 
     def count_dead_letter(self, reason: str, event_ts_ms: int | None = None) -> None:

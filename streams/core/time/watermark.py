@@ -130,9 +130,10 @@ class WatermarkTracker:
         times (the roller does not observe future or pre-epoch ones).
         Raises InvalidBucketError naming the field on a non-int time.
         """
-        partition = check_partition(partition)
-        event_ts_ms = check_ms(event_ts_ms, "event_ts_ms")
-        now_ms = check_ms(now_ms, "now_ms")
+        self.observe_checked(check_partition(partition), check_ms(event_ts_ms, "event_ts_ms"), check_ms(now_ms, "now_ms"))
+
+    def observe_checked(self, partition: int, event_ts_ms: int, now_ms: int) -> None:
+        """:meth:`observe` for arguments the caller already checked (the roller, once per event)."""
         top = self._top.get(partition)
         if top is None:
             top = self._top[partition] = []
@@ -219,10 +220,13 @@ class WatermarkTracker:
         delay; an idle one's is also at least the low watermark. Never less than a
         value returned before for the partition while it stays assigned.
         """
+        return self.partition_watermark_checked(partition, check_ms(now_ms, "now_ms"))
+
+    def partition_watermark_checked(self, partition: int, now_ms: int) -> int | None:
+        """:meth:`partition_watermark` for a ``now_ms`` the caller already checked (the roller, once per event)."""
         last = self._last_seen.get(partition)
         if last is None:
             return None
-        now_ms = check_ms(now_ms, "now_ms")
         idle = last <= now_ms - self.idle_timeout_ms
         own = self._own(partition, idle, now_ms)
         value = None if own is None else own - self.allowed_delay_ms
