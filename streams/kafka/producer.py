@@ -127,15 +127,22 @@ def key_text(value: object, canonical: bytes) -> str:
 
 
 class _Stamper:
-    """Hands out (id text, id bytes, time in ms) for events that have no ID."""
+    """Hands out (id, id for the salt, time in ms) for events that have no ID.
 
-    def __init__(self, id_kind: str, snowflake_worker: int) -> None:
+    The id is its text, or with ``uuid_objects`` a uuid.UUID: orjson writes a UUID as
+    its canonical text in C, at a third of the cost of formatting the text here, and
+    the router takes the same object as the split salt's event ID.
+    """
+
+    def __init__(self, id_kind: str, snowflake_worker: int, *, uuid_objects: bool = False) -> None:
         self.kind = id_kind
         # stamp is bound to one kind's method here, so the per-event call makes no choice.
-        self.stamp: Callable[[], tuple[str, bytes, int]]
+        self.stamp: Callable[[], tuple[object, object, int]]
         if id_kind == "uuid7":
-            self._next_int = UUIDv7Generator().next_int
-            self.stamp = self._uuid7
+            generator = UUIDv7Generator()
+            self._next_int = generator.next_int
+            self._next_uuid = generator.next
+            self.stamp = self._uuid7_object if uuid_objects else self._uuid7
         elif id_kind == "snowflake":
             self._snowflake = Snowflake(worker_id=snowflake_worker)
             self.stamp = self._snowflake_id
@@ -147,6 +154,10 @@ class _Stamper:
         raw = value.to_bytes(16, "big")
         h = raw.hex()
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", raw, value >> 80
+
+    def _uuid7_object(self) -> tuple[uuid.UUID, uuid.UUID, int]:
+        u = self._next_uuid()
+        return u, u, u.int >> 80
 
     def _snowflake_id(self) -> tuple[str, bytes, int]:
         sf = self._snowflake.next()
@@ -195,7 +206,7 @@ class RoutingProducer:
         # JSON goes straight to orjson (one call, no frame); the codec explains a failure.
         self._encode = orjson.dumps if serializer == "json" else self._codec.encode
         self._content_type = CONTENT_TYPE[serializer]
-        self._stamper = _Stamper(id_kind, snowflake_worker)
+        self._stamper = _Stamper(id_kind, snowflake_worker, uuid_objects=serializer == "json")
         self._stamp = self._stamper.stamp
         self._id_kind = id_kind
         # (bucket label, map version, salt, id kind) -> the record headers; None: no headers

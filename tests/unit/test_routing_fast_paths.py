@@ -5,13 +5,15 @@ from __future__ import annotations
 import random
 import uuid
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streams.core.routing.directory import event_id_bytes
 from streams.core.routing.hashing import canonical_key, kafka_partition
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.time.buckets import TimeBuckets
-from streams.kafka.producer import key_text
+from streams.kafka.producer import _Stamper, key_text
 
 T0 = 1_764_000_000_000
 FIVE_MIN = TimeBuckets("5m")
@@ -69,3 +71,23 @@ def test_key_text_of_text_that_is_no_uuid_is_the_text_itself(text: str) -> None:
     if len(canonical) == 16 and len(text) >= 32:
         return  # a UUID spelling: the test above
     assert key_text(text, canonical) == text
+
+
+@given(st.uuids())
+def test_an_id_stamped_as_a_uuid_object_encodes_as_its_text_and_salts_as_its_bytes(value: uuid.UUID) -> None:
+    record = {"id_kind": "uuid7", "ts_ms": T0, "key": "k", "value": 1.0, "attributes": {}}
+    assert orjson.dumps({"id": value, **record}) == orjson.dumps({"id": str(value), **record})
+    router = a_router()
+    router.directory.set(b"hot", (0, 3, 6, 9), 12)
+    assert router.route("hot", T0, value) == router.route("hot", T0, value.bytes)
+
+
+def test_both_uuid7_stamps_give_the_id_text_the_salt_bytes_and_the_time_of_one_id() -> None:
+    for uuid_objects in (False, True):
+        stamp = _Stamper("uuid7", 0, uuid_objects=uuid_objects).stamp
+        for _ in range(100):
+            ident, salt_id, ms = stamp()
+            parsed = uuid.UUID(str(ident))
+            assert str(ident) == str(parsed) and parsed.version == 7
+            assert event_id_bytes(salt_id) == parsed.bytes
+            assert ms == parsed.int >> 80
