@@ -146,6 +146,7 @@ class JsonCodec:
         self.schema_name = schema_name
         self._schema = load_schema(schema_name)
         self._accept = compile_check(self._schema) or (lambda record: False)
+        self._names = frozenset(f["name"] for f in self._schema["fields"])
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         """UTF-8 JSON of ``record`` (bytes values are not JSON: use Avro for records holding bytes)."""
@@ -171,11 +172,12 @@ class JsonCodec:
             raise _error(self.schema_name, PAYLOAD, f"invalid JSON payload ({exc})"[:300]) from exc
         if not isinstance(record, dict):
             raise _error(self.schema_name, PAYLOAD, f"the JSON payload is a {type(record).__name__}, not an object")
-        for field in self._schema["fields"]:
-            if field["name"] not in record:
-                if "default" not in field:
-                    raise _error(self.schema_name, field["name"], "is missing")
-                record[field["name"]] = field["default"]
+        if not record.keys() >= self._names:
+            for field in self._schema["fields"]:
+                if field["name"] not in record:
+                    if "default" not in field:
+                        raise _error(self.schema_name, field["name"], "is missing")
+                    record[field["name"]] = field["default"]
         # The quick check (streams.core.recordcheck) accepts most records; fastavro's boolean
         # check is ~4x cheaper than its detailed one, which only a failing record pays for.
         if not self._accept(record) and not fastavro.validation.validate(record, self._schema, raise_errors=False,

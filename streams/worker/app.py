@@ -180,8 +180,11 @@ def _ssl_context(props: Any) -> ssl.SSLContext:
 
 
 TICK_S = float(os.environ.get("STREAMS_TICK_S", "0.25"))
-#: Records a stage handles between two persists at most (ticks persist more often at low rates).
+#: Records stage 2 handles between two flushes at most (ticks flush more often at low rates).
 FLUSH_EVERY = 2000
+#: Records stage 1 handles between two persists at most: its ticks persist every TICK_S anyway, and
+#: each persist costs two broker round trips and rewrites every entry changed since the last one.
+STAGE1_PERSIST_EVERY = 20_000
 #: How often the worker's consumer refreshes metadata, so added partitions join within about this long.
 METADATA_MAX_AGE_MS = 5_000
 
@@ -376,7 +379,7 @@ stage1 = Stage1Loop(
     changelog_topic=worker_settings.stage1_changelog,
     topics=[] if bucket_topics is not None else [topic_names.events],
     send=lambda output: _send(output, stage1_writer), after_tick=_after_tick, on_durable=metrics.event_in,
-    on_failure=_stage1_failed, tick_s=TICK_S, flush_every=FLUSH_EVERY)
+    on_failure=_stage1_failed, tick_s=TICK_S, flush_every=STAGE1_PERSIST_EVERY)
 
 
 @app.service

@@ -588,3 +588,22 @@ def test_classify_id_agrees_with_parse_id_on_every_input(value: object) -> None:
     kind, number = classify_id(value)
     assert kind is parsed.kind
     assert number == (parsed.value.int if isinstance(parsed.value, uuid.UUID) else parsed.value)
+
+
+@settings(max_examples=2000)
+@given(number=st.integers(0, (1 << 128) - 1), upper=st.booleans(), force_v7=st.booleans())
+def test_canonical_uuid_text_is_classified_as_the_uuid_int_whatever_the_path(
+        number: int, upper: bool, force_v7: bool) -> None:
+    """The canonical-text fast path of classify_id agrees with the general one (and with uuid.UUID)."""
+    from streams.core.ids import IdKind, classify_id
+    from streams.core.errors import InvalidIdError
+    if force_v7:
+        number = (number & ~(0xF << 76) & ~(0b11 << 62)) | (7 << 76) | (0b10 << 62)
+    text = str(uuid.UUID(int=number))
+    is_v7 = (number >> 76) & 0xF == 7 and (number >> 62) & 0b11 == 0b10 and (number >> 80) < 253_402_300_800_000
+    for spelling in (text, text.upper() if upper else "{" + text + "}"):
+        if is_v7:
+            assert classify_id(spelling) == (IdKind.UUID7, number)
+        else:
+            with pytest.raises(InvalidIdError):
+                classify_id(spelling)

@@ -13,6 +13,7 @@ another version or variant is reported as such, never misread as a UUIDv7.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
@@ -28,6 +29,8 @@ _MAX_DATETIME_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.u
     milliseconds=1
 )
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+#: A UUIDv7 (version 7, variant 10) in the canonical text producers write: one C-level match.
+_CANONICAL_UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _MAX_UUID = (1 << 128) - 1
 
 
@@ -151,6 +154,8 @@ def _classify(value: object, layout: SnowflakeLayout) -> tuple[IdKind, int]:
 
 
 def _classify_text(text: str, layout: SnowflakeLayout) -> tuple[IdKind, int]:
+    if len(text) == 36 and _CANONICAL_UUID7.fullmatch(text):
+        return IdKind.UUID7, int(text.replace("-", ""), 16)
     if text.isascii() and text.isdigit() and len(text) != 32:
         if len(text) > 20:
             raise InvalidIdError(f"decimal text of {len(text)} digits is too long for a Snowflake: {_show(text)}")
