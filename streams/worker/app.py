@@ -265,10 +265,9 @@ metrics = WorkerMetrics()
 # What stage 2 must be handed next: a record past it is a skip by faust (streams.worker.offsets).
 partials_guard = OffsetGuard()
 _partials_progress: dict[int, int] = {}  # partials partition -> last offset applied since the last flush
-stage1_data: dict[str, Any] = {}
 processor = EventProcessor(
     worker_settings,
-    Stage1Store(stage1_data, _changelog(lambda: worker_settings.stage1_changelog, stage1_writer)),
+    Stage1Store({}, _changelog(lambda: worker_settings.stage1_changelog, stage1_writer)),
     instance=instance_id)
 merger = PartialMerger(stage2_table.data, _changelog(stage2_table.changelog_topic.get_topic_name, stage2_writer),
                        _buckets, parse_duration(worker_settings.retention, "retention"))
@@ -368,7 +367,7 @@ def _stage1_failed(exc: BaseException) -> None:
 
 _faust_loop: asyncio.AbstractEventLoop | None = None
 stage1 = Stage1Loop(
-    processor=processor, data=stage1_data, writer=stage1_writer,
+    processor=processor, writer=stage1_writer,
     consumer_config=kafka_settings.client_config(**{
         "group.id": worker_settings.events_group,
         "session.timeout.ms": int(worker_settings.session_timeout_s * 1000),
@@ -379,7 +378,7 @@ stage1 = Stage1Loop(
     changelog_topic=worker_settings.stage1_changelog,
     topics=[] if bucket_topics is not None else [topic_names.events],
     send=lambda output: _send(output, stage1_writer), after_tick=_after_tick, on_durable=metrics.event_in,
-    on_failure=_stage1_failed, tick_s=TICK_S, flush_every=STAGE1_PERSIST_EVERY)
+    on_failure=_stage1_failed, tick_s=TICK_S, persist_every=STAGE1_PERSIST_EVERY)
 
 
 @app.service

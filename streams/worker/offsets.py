@@ -5,7 +5,8 @@ offset per partition and drops every record below it, and its offset-gap bookkee
 then lets the commit pass records no agent was handed (see
 :mod:`streams.worker.faust_patches` for the causes found). A skipped record is a
 silently wrong aggregate, so the worker does not rely on faust getting this right:
-each agent passes every record through an :class:`OffsetGuard` first.
+stage 2's agent (the one per-record path left on faust; stage 1 reads with librdkafka,
+see :mod:`streams.worker.stage1`) passes every record through an :class:`OffsetGuard` first.
 
 * A record at the expected offset, or below it (re-read after a rebalance), is handed
   on, unless it was handed over already since the partition was assigned (a copy

@@ -1,9 +1,11 @@
 """The worker's processing core: decode, validate, detect, classify, aggregate, close.
 
-Kafka-free so it can be tested in microseconds; :mod:`streams.app` feeds it faust
-events and sends what it returns. One :class:`EventProcessor` per worker process:
+Kafka-free so it can be tested in microseconds; stage 1's loop
+(:mod:`streams.worker.stage1`) feeds it batches of consumed records and sends what it
+returns. One :class:`EventProcessor` per worker process:
 
-* :meth:`EventProcessor.handle` takes one consumed record and returns what must be
+* :meth:`EventProcessor.handle` (and :meth:`~EventProcessor.handle_batch`, the same per
+  record) takes one consumed record and returns what must be
   sent for it: nothing (an on-time event, folded into stage 1), a late-event record
   (its bucket had closed), or a dead letter (undecodable, malformed ID, empty key,
   non-finite value, timestamp in the future or before the epoch). Every record is
@@ -20,8 +22,8 @@ and the conservation counts are decided by the roller alone, per source partitio
 checkpoints, and the processor asks it again when it writes a checkpoint. The
 processor owns the stage-1 store, the outputs and the write order.
 
-Stage-1 state lives in a :class:`Stage1Store`: a mapping (faust's table store in the
-worker) plus a changelog callback that writes each change to the changelog partition
+Stage-1 state lives in a :class:`Stage1Store`: a mapping (a dict in the worker,
+read back from the changelog when partitions are assigned) plus a changelog callback that writes each change to the changelog partition
 of the *source* partition. Changes are coalesced: :meth:`Stage1Store.flush` writes
 each entry changed since the last flush once, and the worker acknowledges source
 records only after the flush that covers them. Each entry remembers the source
@@ -187,7 +189,7 @@ class Stage1Store:
         self._source_keys: dict[Source, str] = {}  # (topic, partition) -> "topic|partition", the offsets' key
 
     def reindex(self) -> dict[Source, Checkpoint]:
-        """Re-read ``data`` after faust recovered or dropped partitions of it.
+        """Re-read ``data`` after a restore from the changelog added partitions to it.
 
         Entries already live here are kept (they may hold folds not flushed yet);
         entries new in ``data`` are loaded; entries gone from ``data`` (a revoked
@@ -244,10 +246,9 @@ class Stage1Store:
     def drop_partitions(self, partitions: set[int]) -> int:
         """Forget everything of changelog partitions this worker no longer owns; returns how many keys.
 
-        faust's in-memory store forgets a revoked partition only for the keys it
-        recovered itself, not for the ones this store wrote, so without this a worker
-        keeps its own stale entries of a partition another worker took over, and,
-        given the partition back, prefers them to the recovered, newer ones. Nothing
+        Without this a worker would keep its own stale entries of a partition another
+        worker took over and, given the partition back, prefer them to the restored,
+        newer ones. Nothing
         is written to the changelog: the partition's new owner writes it now. Folds
         not flushed yet are dropped too: their records were not acknowledged, so the
         new owner reads them again.
@@ -445,7 +446,7 @@ class Stage1Store:
             self._indexed_len += len(self.data) - before
 
     def mark_stale(self) -> None:
-        """Force a :meth:`reindex` before the next use (faust finished a recovery or a rebalance)."""
+        """Force a :meth:`reindex` before the next use (a restore from the changelog wrote into ``data``)."""
         self._indexed_len = -1
 
     @property
@@ -458,7 +459,7 @@ class EventProcessor:
     """Decode → validate → detect → classify → fold, and close buckets on ticks.
 
     ``clock_ms`` is the wall clock (injectable for tests). ``instance`` names this
-    worker in sketch summaries. Not thread-safe: one faust task owns it.
+    worker in sketch summaries. Not thread-safe: one thread (stage 1's loop) owns it.
     """
 
     def __init__(self, settings: WorkerSettings, store: Stage1Store, *, instance: str,

@@ -16,7 +16,7 @@ What faust did for stage 1 is done here, in the same order:
   read back (:func:`~streams.kafka.changelog.read_changelog`) into the store, and each
   partition resumes at the first offset no checkpoint vouches for
   (:meth:`EventProcessor.resume_offset`), not at the group's committed offset;
-* **persist and commit**: every ``tick_s`` (and every ``flush_every`` records)
+* **persist and commit**: every ``tick_s`` (and every ``persist_every`` records)
   :meth:`EventProcessor.persist` makes state and outputs durable in its crash-safe
   order, then the offsets it vouches for are committed (for lag and ``topics roll``;
   a restart trusts the checkpoint);
@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -95,19 +95,18 @@ def fetch_states(stats: Mapping[str, Any], owned: Iterable[Source], now_ms: int,
 class Stage1Loop:
     """Runs stage 1 for one worker in its own thread: consume, handle, tick, persist, commit.
 
-    ``processor`` and ``data`` (its store's mapping) belong to this loop's thread alone.
+    ``processor`` (and its store) belongs to this loop's thread alone.
     ``send`` writes one output through ``writer``; ``after_tick`` gets each tick's
     result once it is durable (the app publishes the sketch summary and metrics there);
     ``on_failure`` gets the exception that stopped the loop.
     """
 
-    def __init__(self, *, processor: EventProcessor, data: MutableMapping[str, Any], writer: KafkaWriter,
+    def __init__(self, *, processor: EventProcessor, writer: KafkaWriter,
                  consumer_config: Mapping[str, Any], changelog_topic: str, topics: Iterable[str],
                  send: Callable[[Output], None], after_tick: Callable[[TickResult], None],
                  on_durable: Callable[[int], None], on_failure: Callable[[BaseException], None],
-                 tick_s: float = 0.25, flush_every: int = 2000) -> None:
+                 tick_s: float = 0.25, persist_every: int = 20_000) -> None:
         self.processor = processor
-        self.data = data
         self.writer = writer
         self.consumer_config = dict(consumer_config)
         self.changelog_topic = changelog_topic
@@ -116,7 +115,7 @@ class Stage1Loop:
         self._on_durable = on_durable
         self._on_failure = on_failure
         self.tick_s = tick_s
-        self.flush_every = flush_every
+        self.persist_every = persist_every
         self._wanted = sorted(set(topics))
         self._subscribed: list[str] | None = None
         self._owned: set[Source] = set()
@@ -147,11 +146,6 @@ class Stage1Loop:
     def subscribe(self, topics: Iterable[str]) -> None:
         """Read ``topics`` from now on (the bucket topics that exist); applied by the loop's thread."""
         self._wanted = sorted(set(topics))
-
-    @property
-    def owned(self) -> frozenset[Source]:
-        """The events partitions this worker holds now."""
-        return frozenset(self._owned)
 
     # -- the loop's thread --------------------------------------------------------------------
 
@@ -202,7 +196,7 @@ class Stage1Loop:
             for output in handle(records):
                 send(output)
             self._unpersisted += len(records)
-            if self._unpersisted >= self.flush_every:
+            if self._unpersisted >= self.persist_every:
                 self._persist()
             if time.monotonic() >= next_tick:
                 self._tick()
@@ -303,7 +297,7 @@ class Stage1Loop:
 
     def _restore(self, partitions: set[int]) -> None:
         """Read changelog ``partitions`` back into the store (JSON key and value, as they were written)."""
-        data, loads, restored = self.data, orjson.loads, 0
+        data, loads, restored = self.processor.store.data, orjson.loads, 0
         for _, key, value in read_changelog(self.consumer_config, self.changelog_topic, partitions):
             k = loads(key)
             if value is None:
