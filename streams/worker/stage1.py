@@ -20,9 +20,13 @@ What faust did for stage 1 is done here, in the same order:
   :meth:`EventProcessor.persist` makes state and outputs durable in its crash-safe
   order, then the offsets it vouches for are committed (for lag and ``topics roll``;
   a restart trusts the checkpoint);
-* **revoke**: partitions taken away are persisted and committed first, then
-  forgotten; partitions *lost* (the group went on without this worker) are forgotten
-  without a write, since another worker may own them already;
+* **revoke**: partitions taken away are persisted and committed first; their state is
+  kept, with each changelog partition's end offset, and reused if the next assignment
+  gives the partition back and its changelog has not moved meanwhile (nobody wrote
+  it), else dropped and read back. ``range`` is eager, so every rebalance (a new
+  bucket topic, a worker joining) revokes everything: without this each one would
+  re-read every changelog partition. Partitions *lost* (the group went on without
+  this worker) are forgotten without a write, since another worker may own them already;
 * **idleness**: librdkafka's statistics (every second) say per partition whether it
   is fetched from a live leader and where its end is (:func:`fetch_states`), so the
   watermark never judges a partition idle that is merely unreachable or behind.
@@ -58,6 +62,8 @@ STATS_INTERVAL_MS = 1000
 #: Committed offsets are for lag and ``topics roll`` (a restart trusts the checkpoint): at most one commit a
 #: second while running, as faust's ``broker_commit_interval``; a revoke or a stop commits at once.
 COMMIT_INTERVAL_S = 1.0
+#: How long a revoke or an assignment waits for one changelog partition's end offset.
+CHANGELOG_END_TIMEOUT_S = 5.0
 
 Source = tuple[str, int]
 _NO_HEADERS: Mapping[str, bytes] = {}
@@ -125,7 +131,10 @@ class Stage1Loop:
         self._next_commit = 0.0
         self._unpersisted = 0
         self._rebalanced = False
+        self._revoked = False  # revoked, not assigned again yet: no tick, no persist
+        self._parked: dict[int, int] = {}  # changelog partition -> its end offset when revoked
         self._failed = False
+        self._closing = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
@@ -162,8 +171,9 @@ class Stage1Loop:
             self._loop()
             self._next_commit = 0.0
             self._persist()
+            self._closing = True
         except BaseException as exc:  # noqa: BLE001 - handed to on_failure: the worker must stop
-            self._failed = True
+            self._failed = self._closing = True
             log.exception("stage 1 stopped: %s", exc)
             self._on_failure(exc)
         finally:
@@ -220,6 +230,8 @@ class Stage1Loop:
             log.warning("events consumer: %s", err)
 
     def _tick(self) -> None:
+        if self._revoked:
+            return  # the processor still holds the revoked partitions' state: closing their buckets is not ours
         owned = self._owned
         fetch = {s: f for s, f in self._fetch.items() if s in owned}
         result = self.processor.tick(fetch)
@@ -230,6 +242,8 @@ class Stage1Loop:
 
     def _persist(self) -> None:
         """Make everything handled durable (the processor's crash-safe order), then commit what it vouches for."""
+        if self._revoked:
+            return
         handled, self._unpersisted = self._unpersisted, 0
         self.processor.persist(self.writer.flush)
         if handled:
@@ -255,29 +269,65 @@ class Stage1Loop:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         new = {(tp.topic, tp.partition) for tp in partitions}
-        owned = self._owned | new
-        restore = {p for _, p in new} - {p for _, p in self._owned}
-        self.processor.assign(owned)
-        self._restore(restore)
+        wanted = {p for _, p in new}
+        kept = self._unchanged(wanted)
+        # Keep only the state of kept changelog partitions, read the others back, then own all of new.
+        self.processor.assign(s for s in new if s[1] in kept)
+        self._restore(wanted - kept)
+        self.processor.assign(new)
+        self._revoked, self._parked = False, {}
         for tp in partitions:
             source = (tp.topic, tp.partition)
             tp.offset = self.processor.resume_offset(source)
             self._starts[source] = tp.offset
             self._committed.pop(source, None)
-        self._owned = owned
+        self._owned = new
         self._rebalanced = True
-        log.info("stage 1 assigned %d partition(s), restored %d changelog partition(s): %s", len(partitions),
-                 len(restore), sorted(new)[:12])
+        log.info("stage 1 assigned %d partition(s); changelog partitions kept %s, read back %s", len(partitions),
+                 sorted(kept), sorted(wanted - kept))
         consumer.assign(partitions)  # eager (range): the whole assignment, the previous one was revoked
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
-        if not self._failed:
-            self.processor.persist(self.writer.flush)
-            self._unpersisted = 0
-            self._commit(gone & self._owned, asynchronous=False)
-        self._forget(gone)
+        if self._failed or not gone:
+            self._forget(gone)
+            consumer.unassign()
+            return
+        handled, self._unpersisted = self._unpersisted, 0
+        self.processor.persist(self.writer.flush)
+        self.writer.flush()  # the closed buckets' tombstones too: the end offsets below must cover every write
+        if handled:
+            self._on_durable(handled)
+        self._commit(gone & self._owned, asynchronous=False)
+        self._parked = {} if self._closing else self._changelog_ends({p for _, p in gone})
+        self._revoked = True
+        self._owned = self._owned - gone
+        for source in gone:
+            self._starts.pop(source, None)
+            self._fetch.pop(source, None)
+            self._committed.pop(source, None)
+        self._rebalanced = True
         consumer.unassign()
+
+    def _changelog_ends(self, partitions: set[int]) -> dict[int, int]:
+        """The end offset of each changelog partition (those that cannot be read are left out: read back later)."""
+        ends = {}
+        for p in partitions:
+            try:
+                _, ends[p] = self._consumer.get_watermark_offsets(  # type: ignore[union-attr]
+                    TopicPartition(self.changelog_topic, p), timeout=CHANGELOG_END_TIMEOUT_S)
+            except KafkaException as exc:
+                log.warning("end of changelog %s[%d] unknown (%s): it will be read back if assigned again",
+                            self.changelog_topic, p, exc)
+        return ends
+
+    def _unchanged(self, wanted: set[int]) -> set[int]:
+        """The changelog partitions in ``wanted`` whose state this worker kept at the revoke and nobody wrote since."""
+        if not self._revoked:
+            return set()
+        parked = {p: end for p, end in self._parked.items() if p in wanted}
+        now = self._changelog_ends(set(parked))
+        return {p for p, end in parked.items() if now.get(p) == end}
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -288,6 +338,7 @@ class Stage1Loop:
 
     def _forget(self, gone: set[Source]) -> None:
         self._owned = self._owned - gone
+        self._revoked, self._parked = False, {}
         self.processor.assign(self._owned)  # drops the state of changelog partitions no longer held
         for source in gone:
             self._starts.pop(source, None)
