@@ -18,7 +18,7 @@ Quix's commit_interval).
   start on an empty copy of the topic and the events are copied into it (same
   partitions, keys, values, headers, timestamps) once the group is stable with
   both (a worker reads the events in less time than the second one takes to
-  start); the rate is counted from the first commit on;
+  start); the rate is counted from when the copy is written;
 * Quix Streams (bench/apps/quix_app.py): the same one-minute buckets (grace 5 s) as
   a tumbling window, sum and count of ``value`` per key, final results only,
   RocksDB state with its changelog, results to an output topic.
