@@ -245,6 +245,7 @@ stage2_table = app.Table("stage2", partitions=worker_settings.partitions, schema
 
 # Each stage writes through its own librdkafka producer (streams.worker.writer): stage 1
 # runs in its own thread, and acknowledges its input only after its own writes are durable.
+# stage2_writer serves everything on faust's loop: stage 2, and the decider's notices.
 stage1_writer = KafkaWriter(kafka_settings.client_config())
 stage2_writer = KafkaWriter(kafka_settings.client_config())
 
