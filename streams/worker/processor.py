@@ -604,8 +604,10 @@ class EventProcessor:
             source = (msg.topic, msg.partition)
             offset = msg.offset
             seen[source] = offset
-            if offset <= durable.get(source, -1):
-                duplicates += 1  # re-read after a restart: its effects are already in Kafka
+            if offset <= durable.get(source, -1) or offset <= handled.get(source, -1):
+                # Re-read after a restart (its effects are already in Kafka), or a second copy
+                # in one assignment (one fetched before a rebalance gave the partition back).
+                duplicates += 1
                 continue
             handled[source] = offset
             loads[msg.partition] = loads.get(msg.partition, 0) + 1  # every record is load, whatever becomes of it

@@ -249,3 +249,24 @@ def test_a_batch_is_handled_exactly_as_its_records_one_at_a_time() -> None:
     assert one.data == batched.data
     s1, s2 = (h.processor.sketch.summary((T0 + 70_000) / 1000, top=16) for h in (one, batched))
     assert s1 == s2
+
+
+def test_a_second_copy_of_a_record_in_one_assignment_is_a_duplicate_not_a_second_event() -> None:
+    """librdkafka can hand over records fetched before a rebalance that gave the partition back, then fetch them again."""
+    h = Harness()
+    h.clock.now = T0 + 3 * 60_000
+    h.event("a", T0 + 3 * 60_000, 1.0, partition=0)
+    h.event("a", T0 + 3 * 60_000, 1.0, partition=1)
+    h.processor.tick()  # the first buckets close
+    codec, ids = JsonCodec("event"), UUIDv7Generator()
+    late = codec.encode({"id": str(ids.next()), "id_kind": "uuid7", "ts_ms": T0 + 5, "key": "late", "value": 1.0,
+                         "attributes": {}})
+    on_time = codec.encode({"id": str(ids.next()), "id_kind": "uuid7", "ts_ms": T0 + 3 * 60_000 + 1, "key": "b",
+                            "value": 2.0, "attributes": {}})
+    headers = {"content-type": b"application/json"}
+    batch = [InMessage("events", 0, 10, b"k", late, headers), InMessage("events", 0, 11, b"k", on_time, headers)]
+    first = h.processor.handle_batch(batch)
+    again = h.processor.handle_batch(batch)  # the same offsets once more, same assignment
+    assert [o.role for o in first] == ["late_events"] and again == []
+    c = h.processor.counts()
+    assert (c.received, c.late, c.duplicates) == (4, 1, 2)
