@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from streams.core.errors import DeliveryError
 from streams.kafka.clients import new_consumer
@@ -54,8 +54,6 @@ def read_changelog(client_config: Mapping[str, Any], topic: str, partitions: Ite
             for msg in consumer.consume(BATCH, 0.5):
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
                     raise DeliveryError(f"reading changelog {topic}: {err}")
                 p, offset = msg.partition(), msg.offset()
                 end = ends.get(p)

@@ -457,8 +457,8 @@ async def _seek(tp: Any, offset: int) -> None:
 _fetch_state_unreadable = False
 
 
-def _fetch_states(wanted: Callable[[str], bool] = _is_partials_topic) -> dict[tuple[str, int], FetchState] | None:
-    """What faust's consumer last heard from the broker about each assigned partition of the ``wanted`` topics.
+def _fetch_states() -> dict[tuple[str, int], FetchState] | None:
+    """What faust's consumer last heard from the broker about each assigned partials partition (stage 2).
 
     Read from aiokafka's subscription state (plain attribute reads; faust runs the
     consumer in its own thread). None, logged once, if this faust/aiokafka does not
@@ -476,7 +476,7 @@ def _fetch_states(wanted: Callable[[str], bool] = _is_partials_topic) -> dict[tu
         if assignment is None:
             return out
         for tp in list(assignment.tps):
-            if not wanted(tp.topic):
+            if not _is_partials_topic(tp.topic):
                 continue
             state = assignment.state_value(tp)
             if state is None:
@@ -536,7 +536,6 @@ async def _revive_stalled(fetch: Mapping[tuple[str, int], FetchState]) -> None:
         metrics.offset_gap("accepted")
     partials_guard.accepted.clear()
     now, after = int(time.time() * 1000), int(STALL_S * 1000)
-    states = fetch
     stalled = partials_guard.stalled(fetch, now, after)
     for source in set(_stall_sought) - set(stalled):
         del _stall_sought[source]
@@ -549,7 +548,7 @@ async def _revive_stalled(fetch: Mapping[tuple[str, int], FetchState]) -> None:
             metrics.stall_reported()
             if stall.fetching and stall.expected is not None:
                 log.warning("partition %s[%d]: fetched to offset %s but nothing handed over for %.0f s: "
-                            "seeking back to %d", tp.topic, tp.partition, states[source].fetched_to, STALL_S,
+                            "seeking back to %d", tp.topic, tp.partition, fetch[source].fetched_to, STALL_S,
                             stall.expected)
                 await _seek(tp, stall.expected)
                 continue

@@ -226,8 +226,7 @@ class Stage1Loop:
     def _consumer_error(self, err: KafkaError) -> None:
         if err.fatal():
             raise KafkaException(err)
-        if err.code() != KafkaError._PARTITION_EOF:
-            log.warning("events consumer: %s", err)
+        log.warning("events consumer: %s", err)
 
     def _tick(self) -> None:
         if self._revoked:
@@ -301,12 +300,7 @@ class Stage1Loop:
         self._commit(gone & self._owned, asynchronous=False)
         self._parked = {} if self._closing else self._changelog_ends({p for _, p in gone})
         self._revoked = True
-        self._owned = self._owned - gone
-        for source in gone:
-            self._starts.pop(source, None)
-            self._fetch.pop(source, None)
-            self._committed.pop(source, None)
-        self._rebalanced = True
+        self._release(gone)
         consumer.unassign()
 
     def _changelog_ends(self, partitions: set[int]) -> dict[int, int]:
@@ -337,9 +331,14 @@ class Stage1Loop:
         consumer.unassign()
 
     def _forget(self, gone: set[Source]) -> None:
-        self._owned = self._owned - gone
+        """Give up ``gone`` and its state (lost, or revoked after a failure): nothing is kept for a return."""
         self._revoked, self._parked = False, {}
+        self._release(gone)
         self.processor.assign(self._owned)  # drops the state of changelog partitions no longer held
+
+    def _release(self, gone: set[Source]) -> None:
+        """Stop owning ``gone``: what this loop tracked of it goes; the records of a batch in hand are dropped."""
+        self._owned = self._owned - gone
         for source in gone:
             self._starts.pop(source, None)
             self._fetch.pop(source, None)
