@@ -202,9 +202,9 @@ def test_a_placed_key_whose_home_has_room_for_hold_s_is_retired() -> None:
     policy = BalancePolicy(partitions=4, hold_s=10.0, settle_s=1.0)
     decider = BalanceDecider(policy, home={"m": 0}.__getitem__)
     decider.restore({"m": (2,)}, now_s=0.0)
-    # Load evened out by itself: "m" (5/s) now fits at home, and the loads are balanced.
-    calm = {0: 100.0, 1: 100.0, 2: 110.0, 3: 100.0}
-    assert decider.decide(view(calm, {"m": 5.0}, 1.0), 1.0) == []  # room, but not for hold_s yet
-    decisions = decider.decide(view(calm, {"m": 5.0}, 12.0), 12.0)
+    # Load evened out by itself: "m" (20/s) now fits at home beyond counting noise, and the loads are balanced.
+    calm = {0: 1000.0, 1: 1000.0, 2: 1020.0, 3: 1000.0}
+    assert decider.decide(view(calm, {"m": 20.0}, 1.0), 1.0) == []  # room, but not for hold_s yet
+    decisions = decider.decide(view(calm, {"m": 20.0}, 12.0), 12.0)
     assert [(d.key, d.kind, d.partitions) for d in decisions] == [("m", "retired", (0,))]
     assert decider.directory == {}

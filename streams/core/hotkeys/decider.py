@@ -12,20 +12,36 @@ The decider does not ask "is this key hot?" but "is the load even?":
    counts of the partitions it consumes; :func:`~streams.core.hotkeys.sketch.merge_summaries`
    adds them up, so the decider knows every partition's rate, the heavy keys' rates,
    and (from its own directory and the routing map) where each heavy key's traffic goes.
-2. **Trigger.** Nothing is planned while ``max/mean`` of the partition rates is at or
-   below ``balance_target`` (default 1.10), or while the measurement still shows the
-   effect of the last change (``settle_s``).
+2. **Trigger, only on what noise cannot explain.** A window of ``n`` events per
+   partition has a counting noise of ``sqrt(n)`` (Poisson): 4,000 events over 12
+   partitions put a perfectly uniform stream above max/mean 1.10 in a third of its
+   windows. So a partition counts as **hot** only when its load *minus*
+   ``z × sd`` is above ``balance_target × mean``, where ``sd`` is its own Poisson
+   standard deviation and ``z`` the one-sided quantile of ``1 - (1 - confidence) / N``
+   (a Bonferroni bound over the ``N`` partitions: with ``confidence`` 0.99 a
+   stream that is truly at the target triggers in at most 1 % of windows, whatever N).
+   While nothing changes, the decider adds up the partition counts of successive,
+   non-overlapping windows (at most ``evidence_windows`` of them), so the noise
+   shrinks as ``1/sqrt(windows)`` and a small real imbalance is found after a few
+   windows, while a large shift shows in one window alone. Nothing is planned while
+   neither shows a hot partition, nor while the measurement still shows the effect of
+   the last change (``settle_s``).
 3. **Plan** (:func:`plan_placements`). Take the heaviest keys (at most ``max_keys``,
-   above ``min_rate``) out of the measured loads, leaving the background the hash put
-   there, and place them back heaviest first against a cap of ``balance_aim × mean``:
+   above ``min_rate``) out of the partitions whose load minus ``z × sd`` is above the
+   cap of ``balance_aim × mean`` (hysteresis: triggered at the target, aimed at the
+   aim, and never on a partition whose excess is noise), leaving the background the
+   hash put there, and place them back heaviest first against that cap:
    keep a key where it is if it fits; else at its hash home if that fits; else **move**
    it whole to the lightest partition if it fits there; else **split** it over the
    ``k`` lightest partitions, ``k`` the smallest that fits (or the one that minimises
    the peak). At most ``max_changes`` keys change per round.
-4. **Publish only what helps.** A plan whose predicted peak is not lower than the
-   measured one is dropped. A key changed less than ``hold_s`` ago keeps its placement
-   unless it no longer fits (a key that grows gets more pieces at once); a directory
-   key whose home has had room for ``hold_s`` is **retired** (back to the hash).
+4. **Publish only what helps.** A plan whose predicted hot excess (load minus
+   ``z × sd`` over the target) is not lower than the measured one is dropped. A key
+   changed less than ``hold_s`` ago keeps its placement unless it no longer fits (a
+   key that grows gets more pieces at once); a directory key whose home has room for
+   it beyond noise (home load plus its rate plus ``z × sd`` under the aim) for
+   ``hold_s`` is **retired** (back to the hash): a key whose traffic moved on goes home
+   within about one window, a key that merely looks light for a window stays.
 
 ``allow_moves=False`` keeps Kafka's placement for every key that is not split (pieces
 of a split key still go to explicitly chosen light partitions); ``enabled=False``
@@ -38,13 +54,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from statistics import NormalDist
 from typing import Literal, NamedTuple
 
 from streams.core.errors import InvalidArgumentError
 from streams.core.hotkeys.sketch import MergedView
 from streams.core.validate import require
 
-__all__ = ["BalancePolicy", "BalanceDecider", "Decision", "KeyLoad", "Plan", "plan_placements"]
+__all__ = ["BalancePolicy", "BalanceDecider", "Decision", "KeyLoad", "Plan", "noise_z", "plan_placements"]
 
 #: Partitions a key is placed on: ``(p,)`` moves it whole, ``(p1, ..., pk)`` splits it.
 Partitions = tuple[int, ...]
@@ -64,7 +82,9 @@ class BalancePolicy:
     ``max_changes`` (1..100000) keys whose placement may change per round;
     ``hold_s`` (>= 0) how long a changed placement stays before it may shrink or retire;
     ``settle_s`` (>= 0) how long after a change the measurement is not trusted yet (the sketch window);
-    ``allow_moves`` False: keys are only split, never moved whole; ``enabled`` False: decide nothing.
+    ``allow_moves`` False: keys are only split, never moved whole; ``enabled`` False: decide nothing;
+    ``confidence`` (0.5..0.999999) the chance that a stream truly at the target triggers nothing in a window;
+    ``evidence_windows`` (1..1000) how many unchanged windows of partition counts the trigger adds up.
     Raises ConfigError naming the field (``balance_aim`` above ``balance_target`` names both).
     """
 
@@ -78,6 +98,8 @@ class BalancePolicy:
     settle_s: float = 5.0
     allow_moves: bool = True
     enabled: bool = True
+    confidence: float = 0.99
+    evidence_windows: int = 8
 
     def __post_init__(self) -> None:
         require(self.partitions.__class__ is int and 1 <= self.partitions <= 2**31 - 1, "partitions",
@@ -94,6 +116,10 @@ class BalancePolicy:
         for name in ("max_keys", "max_changes"):
             value = getattr(self, name)
             require(value.__class__ is int and 1 <= value <= 100_000, name, "an int in [1, 100000]", value)
+        require(self.confidence.__class__ in (int, float) and 0.5 <= self.confidence <= 0.999999, "confidence",
+                "a number in [0.5, 0.999999]", self.confidence)
+        require(self.evidence_windows.__class__ is int and 1 <= self.evidence_windows <= 1000, "evidence_windows",
+                "an int in [1, 1000]", self.evidence_windows)
         require(self.allow_moves.__class__ is bool, "allow_moves", "a bool", self.allow_moves)
         require(self.enabled.__class__ is bool, "enabled", "a bool", self.enabled)
 
@@ -136,6 +162,13 @@ class Plan:
         return bool(self.changed) and self.peak_after < self.peak_before * _IMPROVEMENT
 
 
+@lru_cache(maxsize=64)
+def noise_z(partitions: int, confidence: float) -> float:
+    """The one-sided normal quantile of ``1 - (1 - confidence) / partitions``: how many standard
+    deviations the busiest of ``partitions`` equal Poisson loads stays under with ``confidence``."""
+    return NormalDist().inv_cdf(1 - (1 - confidence) / max(1, partitions))
+
+
 def max_over_mean(loads: Sequence[float]) -> float:
     """``max / mean`` of ``loads`` (1.0 is perfectly even); 0.0 when there is no load."""
     total = sum(loads)
@@ -150,6 +183,7 @@ def plan_placements(
     *,
     retire: Callable[[str], bool] = lambda key: False,
     held: Callable[[str], bool] = lambda key: False,
+    slack: Sequence[float] = (),
 ) -> Plan:
     """Re-place the fewest of ``keys`` that bring every partition under ``balance_aim × mean``.
 
@@ -169,8 +203,11 @@ def plan_placements(
        ``allow_moves=False``); else **split** over the ``k`` lightest partitions, ``k``
        the smallest that fits (or the one with the lowest peak).
 
-    At most ``max_changes`` keys are evicted. Directory keys not in ``keys`` keep
-    their entries. Pure; the returned :class:`Plan` predicts the loads after it.
+    ``slack[p]`` (default 0) is how far partition p's measured load may be above the
+    cap before keys are evicted from it, down to the cap (the decider passes ``z × sd``,
+    the counting noise: a partition whose excess is noise keeps its keys). At most ``max_changes``
+    keys are evicted. Directory keys not in ``keys`` keep their entries. Pure; the
+    returned :class:`Plan` predicts the loads after it.
     """
     n = policy.partitions
     measured = tuple(float(x) for x in loads[:n]) + (0.0,) * max(0, n - len(loads))
@@ -191,7 +228,10 @@ def plan_placements(
     for k in keys:
         if len(evicted) < policy.max_changes and k.key in directory and retire(k.key):
             evict(k)
-    for p in sorted(range(n), key=lambda q: -load[q]):
+    margin = [float(x) for x in slack[:n]] + [0.0] * max(0, n - len(slack))
+    for p in sorted(range(n), key=lambda q: -(load[q] - margin[q])):
+        if load[p] - margin[p] <= limit:
+            continue  # under the cap, or over it by no more than noise explains: its keys stay
         while load[p] > limit and len(evicted) < policy.max_changes:
             here = [k for k in by_partition.get(p, ()) if k.key not in evicted]
             here = [k for k in here if not held(k.key)] or here
@@ -296,23 +336,44 @@ class BalanceDecider:
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _settled_at_s: float = -math.inf
     last_plan: Plan | None = None
+    _evidence: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # (span_s, counts) per window
+    _evidence_at_s: float = -math.inf
 
     @property
     def directory(self) -> dict[str, Partitions]:
         """Keys placed by the directory, with their partitions."""
         return {key: e.partitions for key, e in self._entries.items()}
 
+    @property
+    def evidence_windows(self) -> int:
+        """Unchanged windows of partition counts the trigger currently adds up."""
+        return len(self._evidence)
+
     def restore(self, directory: Mapping[str, Partitions], now_s: float) -> None:
         """Adopt ``directory`` (as read back from the control topic) as the current one."""
         self._entries = {key: _Entry(tuple(parts), now_s, now_s) for key, parts in directory.items()}
+        self._evidence.clear()
+
+    def hot_partitions(self, loads: Sequence[float], span_s: float, level: float) -> list[int]:
+        """Partitions whose rate in ``loads`` (events/s, counted over ``span_s`` seconds) is above
+        ``level × mean`` by more than counting noise explains (``z × sqrt(count) / span_s``)."""
+        margin = self._margins(loads, span_s)
+        bar = level * sum(loads) / len(loads)
+        return [p for p, (x, m) in enumerate(zip(loads, margin)) if x - m > bar]
+
+    def _margins(self, loads: Sequence[float], span_s: float) -> list[float]:
+        z = noise_z(len(loads), self.policy.confidence)
+        return [z * math.sqrt(max(x * span_s, 1.0)) / span_s for x in loads]
 
     def decide(self, view: MergedView, now_s: float) -> list[Decision]:
         """The directory changes this view calls for at ``now_s``, heaviest key first.
 
         Nothing is decided when the policy is disabled, the view misses a partition's
         rate (an instance has not reported yet: planning on a partial view would pile
-        keys onto the silent partitions), or the last change has not settled. Raises
-        InvalidArgumentError if ``now_s`` is not finite.
+        keys onto the silent partitions), the last change has not settled, or no
+        partition is above the target by more than counting noise explains, in this
+        window or in the unchanged windows before it (see the module docstring).
+        Raises InvalidArgumentError if ``now_s`` is not finite.
         """
         if not math.isfinite(now_s):
             raise InvalidArgumentError(f"now_s must be a finite number of seconds, got {now_s!r}")
@@ -323,14 +384,24 @@ class BalanceDecider:
         rates = view.partition_rates
         if any(p not in rates for p in range(n)) or view.total_rate <= 0:
             return []
-        loads = [rates[p] for p in range(n)]
+        current = [rates[p] for p in range(n)]
+        span_s = view.total / view.total_rate if view.total > 0 else max(view.window_s, 1e-9)
+        self._gather(current, span_s, view.window_s, now_s)
+        loads, span_s = current, span_s
+        hot = self.hot_partitions(current, span_s, policy.balance_target)
+        if not hot and len(self._evidence) > 1:  # a small imbalance shows after a few windows
+            loads, span_s = self._evidence_loads()
+            hot = self.hot_partitions(loads, span_s, policy.balance_target)
+        margin = self._margins(loads, span_s)
         mean = sum(loads) / n
         cap = policy.balance_aim * mean
-        keys = self._candidates(view)
+        keys = self._candidates(view, loads, margin, cap)
         by_key = {k.key: k for k in keys}
+        z = noise_z(n, policy.confidence)
         for key, entry in self._entries.items():
             k = by_key[key]
-            if loads[k.home] + k.rate <= cap:  # home has room for it again
+            together = loads[k.home] + k.rate  # its home with it back, plus the noise of that count
+            if together + z * math.sqrt(max(together * span_s, 1.0)) / span_s <= cap:
                 entry.roomy_since_s = now_s if entry.roomy_since_s is None else entry.roomy_since_s
             else:
                 entry.roomy_since_s = None
@@ -339,7 +410,7 @@ class BalanceDecider:
             entry = self._entries.get(key)
             return entry is not None and entry.roomy_since_s is not None and now_s - entry.roomy_since_s >= policy.hold_s
 
-        balanced = max_over_mean(loads) <= policy.balance_target
+        balanced = not hot
         if balanced and not any(retiring(key) for key in self._entries):
             return []
 
@@ -348,9 +419,14 @@ class BalanceDecider:
             return entry is not None and now_s - entry.changed_s < policy.hold_s
 
         plan = plan_placements(policy, loads, keys if not balanced else [k for k in keys if retiring(k.key)],
-                               self.directory, retire=retiring, held=held)
-        if not (plan.improves or (balanced and plan.changed)):
+                               self.directory, retire=retiring, held=held, slack=margin)
+        if not plan.changed:
             return []
+        if not balanced:
+            before = max(x - m for x, m in zip(plan.loads_before, margin))
+            after = max(x - m for x, m in zip(plan.loads_after, margin))
+            if not after < before * _IMPROVEMENT:
+                return []  # not worth the per-key order the changes cost
         self.last_plan = plan
         out = []
         for key in plan.changed:
@@ -367,13 +443,40 @@ class BalanceDecider:
             entry.partitions, entry.changed_s, entry.roomy_since_s = target, now_s, None
             out.append(Decision(key, target, k.rate, share, k.home, entry.since_s, "placed"))
         self._settled_at_s = now_s + policy.settle_s
+        self._evidence.clear()  # the loads change now: earlier windows no longer describe them
         return out
 
-    def _candidates(self, view: MergedView) -> list[KeyLoad]:
-        """The heaviest keys above ``min_rate`` (at most ``max_keys``), plus every directory key."""
+    def _gather(self, loads: Sequence[float], span_s: float, window_s: float, now_s: float) -> None:
+        """Keep this window's partition counts if it does not overlap the last one kept."""
+        if self._evidence and len(self._evidence[-1][1]) != len(loads):
+            self._evidence.clear()  # the partition count changed
+        if now_s - self._evidence_at_s < window_s * (1 - 1e-9) and self._evidence:
+            return
+        self._evidence.append((span_s, tuple(x * span_s for x in loads)))
+        del self._evidence[:-self.policy.evidence_windows]
+        self._evidence_at_s = now_s
+
+    def _evidence_loads(self) -> tuple[list[float], float]:
+        """Rates over every kept window together, and the seconds they cover."""
+        span_s = sum(span for span, _ in self._evidence)
+        totals = [sum(col) for col in zip(*(counts for _, counts in self._evidence))]
+        return [x / span_s for x in totals], span_s
+
+    def _candidates(self, view: MergedView, loads: Sequence[float], margin: Sequence[float],
+                    cap: float) -> list[KeyLoad]:
+        """The heaviest keys above ``min_rate`` (at most ``max_keys``), every reported key that
+        goes to a partition over ``cap`` beyond noise (at 1,000 partitions the global top
+        misses the keys that explain a mid-weight partition's excess), and every directory key."""
         policy = self.policy
         heavy = sorted(((rate, key) for key, rate in view.rates.items() if rate >= policy.min_rate), reverse=True)
         chosen = {key: rate for rate, key in heavy[:policy.max_keys]}
+        over = {p for p, (x, m) in enumerate(zip(loads, margin)) if x - m > cap}
+        if over:
+            for rate, key in heavy[policy.max_keys:]:
+                entry = self._entries.get(key)
+                parts = entry.partitions if entry is not None else (self.home(key),)
+                if not over.isdisjoint(parts):
+                    chosen[key] = rate
         for key in self._entries:
             chosen.setdefault(key, view.rates.get(key, 0.0))
         return [KeyLoad(key, rate, self.home(key)) for key, rate in chosen.items()]

@@ -21,6 +21,24 @@ Per-event cost is a dict increment: updates are counted exactly in a small dict 
 flushed into the slice's sketch, with their weights, once it holds ``capacity``
 distinct keys. Memory is bounded by ``slices`` sketches plus that dict, whatever the
 number of distinct keys.
+
+**What a worker reports is sized per partition** (:meth:`SlidingSketch.report`).
+Events fed with their source partition (:meth:`SlidingSketch.add_pairs`) are counted
+per (partition, key), and a summary lists, for every partition the instance owns,
+the keys that carry at least ``min_share`` of an owned partition's mean load (at
+most ``per_partition`` of them), added up per key. One global top-N is dominated by
+the few keys of the busiest partitions and split keys; the decider needs, for each
+partition above its aim, the keys that explain *that* partition's excess, and keys
+lighter than a fraction of the distance between target and aim cannot change a
+partition's balance on their own (:func:`summary_size`). Cost at 1,000 partitions
+and 50 workers (20 partitions each, Zipf 1.1 over 10^6 keys, target 1.10): a key
+must carry 1 % of a partition's mean to be reported, which about 6 keys per
+partition do, so a summary holds ~120 items (~7 KB of JSON with 36-character UUID
+keys; never more than ``per_partition × owned`` nor MAX_SUMMARY_ITEMS = 4,096 items,
+< 300 KB even with 36-character keys), and the decider merges 50 of them per round.
+The sketch's error must stay under that floor: ``capacity`` >= owned partitions /
+``min_share`` (2,000 for 20 partitions at 1 %; the default 4,096 covers up to ~40
+owned partitions; beyond it the floor rises to the sketch's error).
 """
 
 from __future__ import annotations
@@ -30,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from datasketches import frequent_items_error_type, frequent_strings_sketch
 
@@ -51,12 +69,14 @@ __all__ = [
     "MAX_KEY_CHARS",
     "SlidingSketch",
     "SketchSummary",
+    "SummarySize",
     "MergedView",
     "merge_summaries",
+    "summary_size",
 ]
 
 #: Most (key, count) items a summary may carry; more is treated as hostile.
-MAX_SUMMARY_ITEMS = 1000
+MAX_SUMMARY_ITEMS = 4096
 #: Longest key (in characters) or instance id a summary may carry.
 MAX_KEY_CHARS = 1024
 #: Most partitions a summary may report counts for (the routing maps' partition limit).
@@ -65,6 +85,31 @@ MAX_SUMMARY_PARTITIONS = 100_000
 MAX_WINDOW_S = 86_400.0
 _INT64_MAX = 2**63 - 1
 _NO_FALSE_NEGATIVES = frequent_items_error_type.NO_FALSE_NEGATIVES
+_SEP = "\x1f"  # sketch item = "<partition>\x1f<key>" ("\x1f<key>" when the partition is unknown)
+
+
+class SummarySize(NamedTuple):
+    """How much one instance reports (see :func:`summary_size`): keys per owned partition, the
+    share of an owned partition's mean load a key must carry, and the items of the whole summary."""
+
+    per_partition: int
+    min_share: float
+    top: int
+
+
+def summary_size(owned_partitions: int, balance_target: float) -> SummarySize:
+    """What an instance owning ``owned_partitions`` reports for a decider aiming at ``balance_target``.
+
+    A key counts when it carries at least ``(balance_target - 1) / 10`` of a partition's
+    mean (1 % at 1.10): lighter keys cannot change a partition's balance by more than a
+    tenth of the tolerated excess. A partition at the target holds at most
+    ``balance_target / min_share`` such keys, so ``per_partition`` is that (at most 128),
+    and the summary at most ``per_partition × owned`` items (at most MAX_SUMMARY_ITEMS).
+    """
+    min_share = max(1e-4, (balance_target - 1.0) / 10)
+    per_partition = min(128, math.ceil(balance_target / min_share))
+    top = max(1, min(MAX_SUMMARY_ITEMS, per_partition * max(1, owned_partitions)))
+    return SummarySize(per_partition, min_share, top)
 
 
 # --- the per-instance sketch ----------------------------------------------------------
@@ -153,6 +198,14 @@ class SlidingSketch:
         current = self._partition_current
         current[partition] = current.get(partition, 0) + weight
 
+    def add_pairs(self, pairs: Iterable[tuple[int, str]], now_s: float) -> None:
+        """Count one event per ``(source partition, key)`` pair, all at time ``now_s``.
+
+        Counted per partition, so :meth:`report` can name each partition's heavy keys.
+        Partition loads are not counted here (see :meth:`add_partition`).
+        """
+        self.add_many(pairs, now_s)  # type: ignore[arg-type]  # tuples and str share the pending dict
+
     def add_many(self, keys: Iterable[str], now_s: float) -> None:
         """Count one event per key in ``keys``, all at time ``now_s``; see :meth:`add`."""
         if not now_s < self._edge:
@@ -166,14 +219,20 @@ class SlidingSketch:
                 self._flush()
 
     def summary(self, now_s: float, top: int = 64, instance: str = "",
-                partitions: Iterable[int] = ()) -> SketchSummary:
-        """The window ending at ``now_s``: its total, its ``top`` heaviest keys, its partitions' counts.
+                partitions: Iterable[int] = (), *, per_partition: int | None = None,
+                min_share: float = 0.0) -> SketchSummary:
+        """The window ending at ``now_s``: its total, its heaviest keys, its partitions' counts.
 
-        Key counts are upper bounds (see :class:`SketchSummary`); partition counts are
-        exact, one per partition counted in the window or named in ``partitions``
-        (the ones this instance owns: a quiet partition reports 0, not nothing). Raises InvalidArgumentError if
-        ``now_s`` is not finite, ConfigError if ``top`` is not in 1..MAX_SUMMARY_ITEMS,
-        HotKeyNoticeError if ``instance`` is not a str of at most MAX_KEY_CHARS.
+        Without ``per_partition``, the ``top`` heaviest keys of the window (counts added
+        over partitions). With it, for every partition counted or named in ``partitions``,
+        its at most ``per_partition`` heaviest keys that carry at least ``min_share`` of
+        the mean partition count, added up per key, heaviest first, at most ``top``.
+        Key counts are upper bounds on the listed traffic (see :class:`SketchSummary`);
+        partition counts are exact, one per partition counted in the window or named in
+        ``partitions`` (the ones this instance owns: a quiet partition reports 0, not
+        nothing). Raises InvalidArgumentError if ``now_s`` is not finite, ConfigError if
+        ``top`` is not in 1..MAX_SUMMARY_ITEMS, HotKeyNoticeError if ``instance`` is not a
+        str of at most MAX_KEY_CHARS.
         """
         require(top.__class__ is int and 1 <= top <= MAX_SUMMARY_ITEMS, "top",
                  f"an int in [1, {MAX_SUMMARY_ITEMS}]", top)
@@ -192,16 +251,47 @@ class SlidingSketch:
                     partition_counts[partition] = partition_counts.get(partition, 0) + count
         total = merged.total_weight
         max_error = merged.get_upper_bound("") - merged.get_lower_bound("")  # the sketch's offset
-        rows = merged.get_frequent_items(_NO_FALSE_NEGATIVES, 0)  # (key, estimate, lower, upper), heaviest first
-        unreported = max(max_error, min(rows[top][3], total)) if len(rows) > top else max_error
+        rows = merged.get_frequent_items(_NO_FALSE_NEGATIVES, 0)  # (item, estimate, lower, upper), heaviest first
+        per_key: dict[str, int] = {}
+        if per_partition is None:
+            for item, _, _, upper in rows:
+                key = item.split(_SEP, 1)[1]
+                per_key[key] = per_key.get(key, 0) + upper
+            unreported = max_error
+        else:
+            owned = len(partition_counts) or 1
+            floor = max(1, math.ceil(min_share * sum(partition_counts.values()) / owned))
+            taken: dict[str, int] = {}
+            unreported = max(max_error, floor - 1)
+            for item, _, _, upper in rows:
+                where, key = item.split(_SEP, 1)
+                if upper < floor:
+                    break  # rows are heaviest first
+                if taken.get(where, 0) >= per_partition:
+                    unreported = max(unreported, upper)
+                    continue
+                taken[where] = taken.get(where, 0) + 1
+                per_key[key] = per_key.get(key, 0) + upper
+        ranked = sorted(per_key.items(), key=lambda kv: (-kv[1], kv[0]))
+        if len(ranked) > top:
+            unreported = max(unreported, ranked[top][1])
         start_s = max(oldest, self._first_epoch) * self._slice_s
         span_s = min(self.window_s, max(self._slice_s, now_s - start_s))
         return SketchSummary(
             instance=instance, window_s=self.window_s, span_s=span_s, total=total,
-            items=tuple((row[0], min(row[3], total)) for row in rows[:top]),
+            items=tuple((key, min(count, total)) for key, count in ranked[:top]),
             max_error=min(max_error, total), unreported_bound=min(unreported, total), at_s=float(now_s),
             partition_counts=tuple(sorted(partition_counts.items())),
         )
+
+    def report(self, now_s: float, *, instance: str, partitions: Iterable[int],
+               balance_target: float) -> SketchSummary:
+        """The summary a worker publishes: :meth:`summary` sized by :func:`summary_size` for the
+        partitions it owns and the decider's balance target. Raises as :meth:`summary`."""
+        owned = sorted(partitions)
+        size = summary_size(len(owned), balance_target)
+        return self.summary(now_s, size.top, instance, owned, per_partition=size.per_partition,
+                            min_share=size.min_share)
 
     def _advance(self, now_s: float) -> None:
         if not math.isfinite(now_s):
@@ -230,10 +320,19 @@ class SlidingSketch:
         if not pending:
             return
         update = self._current.update
+        sep = _SEP
         for key, count in pending.items():
+            if key.__class__ is tuple:  # (partition, key) from add_pairs
+                partition, key = key
+                item = f"{partition}{sep}{key}" if key.__class__ is str else None
+            else:
+                item = sep + key if key.__class__ is str else None
+            if item is None:
+                self._rejected += count  # not a str
+                continue
             try:
-                update(key, count)
-            except (TypeError, UnicodeError):  # not a str, or a str with lone surrogates
+                update(item, count)
+            except (TypeError, UnicodeError):  # a str with lone surrogates
                 self._rejected += count
         pending.clear()
 
@@ -387,10 +486,11 @@ class MergedView:
     """Every instance's latest window, added up, as rates (events/s).
 
     Instances publish at different moments, so each count is divided by its own
-    ``span_s`` before adding. ``rates[key]`` is an upper bound on the key's total
-    rate: its reported count where an instance listed it, that instance's
-    ``unreported_bound`` where it did not. A key not in ``rates`` has a rate of at
-    most ``unreported_rate``. ``window_s`` is the largest window among the merged
+    ``span_s`` before adding. ``rates[key]`` adds the key's reported counts (each an
+    upper bound) over the instances that listed it; an instance that did not list it
+    saw at most its ``unreported_bound`` of it (per partition, for a summary sized by
+    :meth:`SlidingSketch.report`), which is not added (see :func:`merge_summaries`).
+    A key not in ``rates`` has a rate of at most ``unreported_rate``. ``window_s`` is the largest window among the merged
     summaries (they may differ; rates make them comparable). ``partition_rates`` adds
     up the instances' partition counts (instances consume disjoint partitions), one
     rate per partition some instance reported.
@@ -406,7 +506,7 @@ class MergedView:
     partition_rates: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def rate(self, key: str) -> float:
-        """The upper-bound rate of ``key``: ``rates[key]``, else ``unreported_rate``."""
+        """The rate of ``key``: ``rates[key]``, else the bound ``unreported_rate``."""
         return self.rates.get(key, self.unreported_rate)
 
 
@@ -427,13 +527,15 @@ def merge_summaries(summaries: Iterable[SketchSummary], *, now_s: float | None =
     if now_s is not None and max_age_s is not None:
         latest = {i: s for i, s in latest.items() if s.at_s >= now_s - max_age_s}
     unreported_rate = sum(s.unreported_bound / s.span_s for s in latest.values())
-    # rate(key) = sum over instances of (count if listed else unreported_bound) / span:
-    # start every key at the all-unreported sum and correct where it was listed.
+    # rate(key) = sum over the instances that list it of count / span. Adding the other
+    # instances' unreported bounds would keep it an upper bound, but at 50 instances it
+    # inflates every key that lives on one partition by 49 bounds: the decider would then
+    # evict the wrong keys. A key lives where the directory or its hash sends it, so the
+    # instances that own those partitions list it when it matters there.
     rates: dict[str, float] = {}
     for s in latest.values():
-        floor = s.unreported_bound
         for key, count in s.items:
-            rates[key] = rates.get(key, unreported_rate) + (count - floor) / s.span_s
+            rates[key] = rates.get(key, 0.0) + count / s.span_s
     partition_rates: dict[int, float] = {}
     for s in latest.values():
         for partition, count in s.partition_counts:
