@@ -39,7 +39,7 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -49,10 +49,12 @@ from confluent_kafka import KafkaError, KafkaException
 from streams import __version__
 from streams.core.config import (
     KafkaSettings,
+    Resolved,
     install_log_redaction,
     is_secret,
     load,
     remember_secrets,
+    resolve,
     scrub,
 )
 from streams.core.errors import ConfigError, StreamsError
@@ -67,6 +69,7 @@ __all__ = [
     "duration_ms",
     "duration_s",
     "kafka_client_config",
+    "kafka_resolved",
     "kafka_settings",
     "main",
     "non_negative_float",
@@ -92,6 +95,7 @@ COMMANDS: list[str] = [
 
 PROG = "streams"
 DEFAULT_TIMEOUT_S = 10.0
+CONFIG_HELP = "TOML settings file (sets $STREAMS_CONFIG); settings: defaults < file < $STREAMS_<NAME> < flags"
 
 _EPILOG = """\
 examples:
@@ -100,6 +104,11 @@ examples:
   streams topics create --partitions 12
   streams produce --topic streams.events --count 100000 --rate 5000 --distribution tenants
   streams --debug produce --bootstrap-server broker:9092 --duration 30s
+
+Settings come from, later winning: their defaults, the TOML file named by --config
+or $STREAMS_CONFIG, STREAMS_<NAME> variables, then flags. A setting has one name
+everywhere: bucket_width is [worker] bucket_width, STREAMS_BUCKET_WIDTH and
+--bucket-width. Boolean flags take true/false, yes/no, 1/0, on/off, or --no-<name>.
 
 Every command takes --help. Exit status: 0 success, 1 error (one line on stderr),
 2 usage error, 130 interrupted.
@@ -115,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, registry = build_parser()
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
+    if getattr(args, "config", None):
+        os.environ["STREAMS_CONFIG"] = args.config  # every command, and a worker it starts, reads this file
     try:
         return int(registry[args.command].run(args))
     except KeyboardInterrupt:
@@ -140,6 +151,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and librdkafka warnings")
+    parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     registry: dict[str, ModuleType] = {}
@@ -151,6 +163,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
         if not any("--debug" in action.option_strings for action in sub._actions):
             # SUPPRESS: an absent flag leaves the top-level value alone.
             sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        if not any("--config" in action.option_strings for action in sub._actions):
+            sub.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=CONFIG_HELP)
     return parser, registry
 
 
@@ -290,7 +304,7 @@ def duration_s(text: str) -> float:
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--bootstrap-server`` and ``--timeout`` to a command that talks to the cluster."""
     group = parser.add_argument_group("cluster")
-    group.add_argument("--bootstrap-server", metavar="HOST:PORT",
+    group.add_argument("--bootstrap-servers", "--bootstrap-server", dest="bootstrap_server", metavar="HOST:PORT",
                        help="Kafka bootstrap servers (default: $STREAMS_BOOTSTRAP_SERVERS or 127.0.0.1:9092); "
                             "client properties come from $STREAMS_KAFKA_* (e.g. STREAMS_KAFKA_SASL_PASSWORD)")
     group.add_argument("--timeout", type=duration_s, default=DEFAULT_TIMEOUT_S, metavar="DURATION",
@@ -298,9 +312,14 @@ def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def kafka_settings(args: argparse.Namespace) -> KafkaSettings:
-    """KafkaSettings from ``--bootstrap-server``, else ``$STREAMS_*`` / ``$STREAMS_CONFIG``, else defaults."""
-    overrides = {"bootstrap_servers": args.bootstrap_server} if args.bootstrap_server else {}
-    return load(KafkaSettings, **overrides)
+    """KafkaSettings from ``--bootstrap-servers``, else ``$STREAMS_*`` / ``$STREAMS_CONFIG``, else defaults."""
+    return kafka_resolved(args).settings  # type: ignore[no-any-return]
+
+
+def kafka_resolved(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Resolved:
+    """:func:`kafka_settings` and where each value came from (``env``: default ``os.environ``)."""
+    flags = {"bootstrap_servers": args.bootstrap_server} if getattr(args, "bootstrap_server", None) else {}
+    return resolve(KafkaSettings, env=env, flags=flags)
 
 
 def kafka_client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from streams.cli import HelpFormatter, print_fields, print_json
+from streams.cli.options import add_setting_flags, resolve_settings
+from streams.core.config import WorkerSettings
 from streams.core.ids import (
     DISCORD_LAYOUT,
     SONYFLAKE_LAYOUT,
@@ -27,7 +29,9 @@ examples:
   streams inspect-id 1541815603606036480 --json
 
 A UUID is accepted in any spelling (upper/lower case, with or without hyphens,
-braces, urn:uuid:); a Snowflake as decimal digits, read with --layout.
+braces, urn:uuid:); a Snowflake as decimal digits, read with --layout. The bucket
+width is the workers' setting: --bucket-width, else $STREAMS_BUCKET_WIDTH, else
+[worker] bucket_width in the --config file, else 1m.
 """
 
 
@@ -41,16 +45,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("id", metavar="ID", help="the ID: UUID text or Snowflake decimal")
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="twitter",
                         help="how to read a Snowflake (default: twitter)")
-    parser.add_argument("--bucket-width", default="1m", metavar="WIDTH",
-                        help="time-bucket width, e.g. 30s, 1m, 5m, 1h, 1d (default: 1m)")
+    add_setting_flags(parser, WorkerSettings, ["bucket_width"], helps={"bucket_width": "time-bucket width, e.g. "
+                                                                                     "30s, 1m, 5m, 1h, 1d"})
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the decoded ID; raises InvalidIdError / InvalidBucketError for bad input."""
-    buckets = TimeBuckets(args.bucket_width)
-    record = inspect(args.id, layout_name=args.layout, buckets=buckets, width=args.bucket_width)
+    width = resolve_settings(args, WorkerSettings).settings.bucket_width
+    buckets = TimeBuckets(width)
+    record = inspect(args.id, layout_name=args.layout, buckets=buckets, width=width)
     if args.json:
         print_json(record)
         return 0

@@ -32,6 +32,7 @@ from streams.cli import (
     print_json,
     print_table,
 )
+from streams.cli.options import add_setting_flags, resolve_settings
 from streams.cli.replay import instant_ms
 from streams.core.config import ProducerSettings, TopicNames, WorkerSettings, load
 from streams.core.errors import ConfigError, HotKeyNoticeError, RoutingMapError
@@ -66,9 +67,9 @@ examples:
   streams topics roll --template 'events.{bucket}' --bucket-width 1h --ahead 2 --retention 1d --dry-run
   streams topics grow --partitions 16 --dry-run
 
-Topic names come from the configuration (TopicNames: $STREAMS_<ROLE>, [topics] in
-$STREAMS_CONFIG) unless given with --<role>-topic. hot-keys and aggregates
-are compacted; the others use the delete policy.
+Topic names come from the settings: --<role>-topic, else $STREAMS_<ROLE>_TOPIC, else
+[topics] <role>_topic in the --config file, else the defaults. hot-keys, aggregates
+and routing-maps are compacted; the others use the delete policy.
 """
 
 
@@ -159,7 +160,8 @@ def _add_grow_parser(actions: argparse._SubParsersAction) -> None:
                     "bucket topics with the new count. The routing-maps topic starts with version 1 from the "
                     "settings if it is empty. Refused: a count that is not above the current one; 'mod' placement "
                     "without --allow-reshuffle (it moves about 1 - gcd(n, m)/m of the keys, 'jump' 1 - n/m). "
-                    "--dry-run prints the plan (exit 1 if the real run would be refused).",
+                    "--dry-run prints the plan and changes nothing (exit 0; the plan says if the real run "
+                    "would be refused).",
         epilog="examples:\n  streams topics grow --partitions 16 --dry-run\n"
                "  streams topics grow --partitions 16 --keys keys.txt --lead 5m",
         formatter_class=HelpFormatter)
@@ -181,16 +183,11 @@ def _add_grow_parser(actions: argparse._SubParsersAction) -> None:
 
 
 def _add_name_arguments(parser: argparse.ArgumentParser, roles: tuple[str, ...] = _ROLES) -> None:
-    group = parser.add_argument_group("topic names (default: from the configuration)")
-    defaults = TopicNames()
-    for role in roles:
-        group.add_argument(f"--{role.replace('_', '-')}-topic", dest=f"topic_{role}", metavar="NAME",
-                           help=f"(default: {getattr(defaults, role)})")
+    add_setting_flags(parser.add_argument_group("topic names (default: from the settings)"), TopicNames, roles)
 
 
 def _names(args: argparse.Namespace) -> TopicNames:
-    given = {role: getattr(args, f"topic_{role}") for role in _ROLES if getattr(args, f"topic_{role}", None) is not None}
-    return load(TopicNames, **given)
+    return resolve_settings(args, TopicNames).settings  # type: ignore[no-any-return]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -354,8 +351,8 @@ def _grow(args: argparse.Namespace) -> int:
              "a topic template: the existing bucket topics keep their count ('topics roll' creates later ones with "
              f"{args.partitions} partitions)" if per_bucket else "",
              "" if history else "the routing-maps topic was empty: v1 comes from the settings"]
-    _print_grow(args, plan, infos, grown, sources, [n for n in notes if n], refusal)
-    if refusal is not None:
+    _print_grow(args, plan, infos, grown, sources, [n for n in notes if n], refusal, buckets, now)
+    if refusal is not None and not args.dry_run:
         print(f"streams: error: {refusal}", file=sys.stderr)
         return 1
     return 0
@@ -385,7 +382,8 @@ def _samples(args: argparse.Namespace, config: dict[str, Any], sketches: str, no
     rates, rest = sketch_weights(summaries)
     if not rates:
         return None, None, 0.0, (f"synthetic uniform sample of {SYNTHETIC_KEYS:,} keys",
-                                 f"unknown: no hot-key sketch summary on {sketches!r} in the last 5 minutes")
+                                 f"no producer traffic known: no worker published a hot-key sketch on {sketches!r} "
+                                 "in the last 5 minutes (give --keys FILE to weigh a sample of your keys)")
     return (list(rates), rates, rest,
             (f"heavy keys of the latest hot-key sketches ({len(rates):,} keys)",
              f"hot-key sketch rates ({sum(rates.values()) + rest:,.0f} events/s; the rate of unlisted keys "
@@ -393,32 +391,40 @@ def _samples(args: argparse.Namespace, config: dict[str, Any], sketches: str, no
 
 
 def _print_grow(args: argparse.Namespace, plan: GrowthPlan, infos: dict[str, TopicInfo], grown: dict[str, int],
-                sources: tuple[str, str], notes: list[str], refusal: str | None) -> None:
+                sources: tuple[str, str], notes: list[str], refusal: str | None, buckets: TimeBuckets,
+                now_ms: int) -> None:
     current, new = plan.current, plan.new
     topics = [(name, infos[name].partitions, total) for name, total in grown.items()]
+    now = buckets.bucket_of(now_ms)
+    since = (f"{_utc(current.first_bucket_ms)}" if current.first_bucket_ms else
+             f"always (no map published: v{current.version} from the settings)")
     if args.json:
         print_json({"dry_run": args.dry_run, "refused": refusal, "current": current.to_record(), "new": new.to_record(),
                     "effective_bucket": plan.effective_label, "effective_ms": new.first_bucket_ms,
                     "lead_ms": plan.lead_ms, "sampled_keys": plan.sampled_keys, "moved_keys": plan.moved_keys,
                     "key_fraction": plan.key_fraction, "key_source": sources[0],
                     "traffic_fraction": plan.traffic_fraction, "traffic_source": sources[1],
-                    "expected_fraction": plan.expected_fraction,
+                    "expected_fraction": plan.expected_fraction, "now_bucket": now.label, "now_ms": now_ms,
+                    "would_be_refused": refusal is not None,
                     "topics": [{"name": n, "partitions": old, "new_partitions": total} for n, old, total in topics],
                     "notes": notes})
         return
-    traffic = "-" if plan.traffic_fraction is None else f"{plan.traffic_fraction:.1%}"
+    traffic = sources[1] if plan.traffic_fraction is None else f"{plan.traffic_fraction:.1%} ({sources[1]})"
     rows = [("routing map", f"v{current.version}", f"v{new.version}"),
             ("partitions", current.partitions, new.partitions),
             ("placement/hash", f"{current.placement}/{current.hash}", f"{new.placement}/{new.hash}"),
-            ("first bucket", _utc(current.first_bucket_ms), f"{plan.effective_label} ({_utc(new.first_bucket_ms)}, "
-                                                            f"lead {_human_ms(plan.lead_ms)})"),
+            ("bucket now", f"{now.label} ({_utc(now.start_ms)})", ""),
+            ("first bucket", since, f"{plan.effective_label} ({_utc(new.first_bucket_ms)}, "
+                                    f"lead {_human_ms(plan.lead_ms)})"),
             *[(f"topic {name}", old, total) for name, old, total in topics],
             ("keys moved", "", f"{plan.key_fraction:.1%} ({plan.moved_keys:,} of {plan.sampled_keys:,}: "
                                f"{sources[0]})"),
-            ("traffic moved", "", f"{traffic} ({sources[1]})"),
+            ("traffic moved", "", traffic),
             ("uniform expectation", "", f"{plan.expected_fraction:.1%} of keys move")]
     title = f"grow {current.topic} from {current.partitions} to {new.partitions} partitions"
     status = " - dry run" if args.dry_run else " - refused" if refusal else ""
+    if args.dry_run and refusal:
+        notes = [f"a real run would be refused: {refusal}", *notes]
     print_table(title + status, ["", "current", "new"], rows, note="\n".join(notes))
 
 

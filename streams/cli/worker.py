@@ -2,31 +2,43 @@
 
 The same as ``faust -A streams.app worker -l info --without-web`` with the settings
 in ``STREAMS_*`` variables: each flag sets its variable (``--partitions 24`` sets
-``STREAMS_PARTITIONS=24``), the settings are validated here, the cluster is checked
-once, and then this process *becomes* the faust worker (``os.execve`` of the
+``STREAMS_PARTITIONS=24``, ``--balance-enabled false`` or ``--no-balance`` sets
+``STREAMS_BALANCE_ENABLED=false``), the settings are validated here, the cluster is
+checked once, and then this process *becomes* the faust worker (``os.execve`` of the
 ``faust`` script next to this Python): signals (Ctrl-C, SIGTERM from a supervisor)
-reach faust directly and its exit status is the command's.
+reach faust directly and its exit status is the command's. ``--dry-run`` prints
+every setting with where its value came from (flag, env, file, default).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 from streams.cli import (
     HelpFormatter,
     add_kafka_arguments,
     duration_s,
     kafka_client_config,
+    kafka_resolved,
     print_json,
 )
-from streams.core.config import KafkaSettings, TopicNames, WorkerSettings, load, scrub
+from streams.cli.options import add_setting_flags, flag_values, resolve_settings
+from streams.core.config import (
+    KafkaSettings,
+    Resolved,
+    TopicNames,
+    WorkerSettings,
+    env_var,
+    load,
+    scrub,
+    setting_name,
+)
 from streams.core.errors import StreamsError
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.kafka.admin import TopicNotFoundError, topic_partitions
@@ -34,8 +46,6 @@ from streams.kafka.admin import TopicNotFoundError, topic_partitions
 NAME = "worker"
 APP = "streams.app"
 LOGLEVELS = ("crit", "error", "warn", "info", "debug")
-_ROLES = tuple(f.name for f in dataclasses.fields(TopicNames))
-_SETTINGS = tuple(f.name for f in dataclasses.fields(WorkerSettings))
 _DURATIONS = ("allowed_delay", "idle_timeout", "retention")
 
 _EPILOG = """\
@@ -46,10 +56,14 @@ examples:
   streams worker --dry-run --partitions 4          # print the environment and command, start nothing
   streams worker -- --blocking-timeout 5           # anything after -- goes to 'faust worker'
 
+  streams worker --dry-run --balance-enabled false --dedup-ids no   # booleans: true/false, yes/no, 1/0, on/off
+  streams worker --no-balance --no-balance-moves
+
 Each setting flag sets the STREAMS_<NAME> variable the app reads (--balance-target is
-STREAMS_BALANCE_TARGET); settings not given come from the environment, then from the
-TOML file in --config / $STREAMS_CONFIG, then the defaults. Run one worker per
-process; start more (anywhere) with the same --app-id to share the partitions.
+STREAMS_BALANCE_TARGET, --events-topic is STREAMS_EVENTS_TOPIC); settings not given
+come from the environment, then from the TOML file in --config / $STREAMS_CONFIG,
+then the defaults. --dry-run shows each value and where it came from. Run one worker
+per process; start more (anywhere) with the same --app-id to share the partitions.
 """
 
 
@@ -68,16 +82,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--tick", type=duration_s, metavar="DURATION",
                         help="how often buckets are closed and sketches published, e.g. 250ms "
                              "($STREAMS_TICK_S in seconds; default: 250ms)")
-    settings = parser.add_argument_group("worker settings (WorkerSettings)")
-    defaults, hints = WorkerSettings(), get_type_hints(WorkerSettings)
-    for name in _SETTINGS:
-        settings.add_argument(f"--{name.replace('_', '-')}", dest=f"set_{name}", type=hints[name],
-                              metavar=name.rsplit("_", 1)[-1].upper() if hints[name] is str else "N",
-                              help=f"${_var(name)} (default: {getattr(defaults, name)})")
-    topics = parser.add_argument_group("topic names (TopicNames)")
-    for role in _ROLES:
-        topics.add_argument(f"--{role.replace('_', '-')}-topic", dest=f"topic_{role}", metavar="NAME",
-                            help=f"${_var(role)} (default: {getattr(TopicNames(), role)})")
+    add_setting_flags(parser.add_argument_group("worker settings (WorkerSettings)"), WorkerSettings)
+    add_setting_flags(parser.add_argument_group("topic names (TopicNames)"), TopicNames)
     faust = parser.add_argument_group("faust")
     faust.add_argument("-l", "--loglevel", choices=LOGLEVELS, default="info", help="log level (default: info)")
     faust.add_argument("-f", "--logfile", metavar="FILE", help="log to this file (default: stderr)")
@@ -85,15 +91,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     faust.add_argument("--web-port", type=int, metavar="PORT",
                        help="serve faust's web views on this port (default: no web server)")
     faust.add_argument("--dry-run", action="store_true",
-                       help="print the environment and the faust command, start nothing")
+                       help="print every setting with its source, the environment and the faust command; "
+                            "start nothing")
     faust.add_argument("--json", action="store_true", help="with --dry-run: print them as JSON")
     faust.add_argument("faust_args", nargs=argparse.REMAINDER, metavar="-- FAUST_ARGS",
                        help="more 'faust worker' options, after --")
     return parser
-
-
-def _var(name: str) -> str:
-    return f"STREAMS_{name.upper()}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,10 +108,19 @@ def run(args: argparse.Namespace) -> int:
     env = environment(args)
     command = faust_command(args)
     if args.dry_run:
-        shown = {k: scrub(v) for k, v in env.items()}  # no credential, whatever variable carries it
+        # What the worker will run with: the STREAMS_* variables it inherits plus those the flags set.
+        seen = {k: v for k, v in os.environ.items() if k.startswith("STREAMS_")} | env
+        shown = {k: scrub(v) for k, v in sorted(seen.items())}  # no credential, whatever variable carries it
+        settings = {section: scrub_record(resolved.to_record(cls))
+                    for section, cls, resolved in resolved_settings(args, seen)}
         if args.json:
-            print_json({"env": shown, "command": [scrub(c) for c in command]})
+            print_json({"settings": settings, "env": shown, "command": [scrub(c) for c in command]})
         else:
+            for section, record in settings.items():
+                print(f"[{section}]")
+                for name, entry in record.items():
+                    where = entry["source"] + (f" {entry['from']}" if entry["from"] else "")
+                    print(f"  {name} = {entry['value']!r}  ({where})")
             print(scrub(" ".join([f"{k}={shlex.quote(v)}" for k, v in shown.items()]
                                  + [shlex.quote(c) for c in command])))
         return 0
@@ -130,29 +142,35 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     """
     env: dict[str, str] = {}
     if args.bootstrap_server:
-        env[_var("bootstrap_servers")] = args.bootstrap_server
+        env[env_var("bootstrap_servers")] = args.bootstrap_server
     if args.config:
         env["STREAMS_CONFIG"] = args.config
     if args.instance:
         env["STREAMS_INSTANCE"] = args.instance
     if args.tick is not None:
         env["STREAMS_TICK_S"] = f"{args.tick:g}"
-    for name in _SETTINGS:
-        value = getattr(args, f"set_{name}")
-        if value is not None:
-            env[_var(name)] = str(value)
-    for role in _ROLES:
-        value = getattr(args, f"topic_{role}")
-        if value is not None:
-            env[_var(role)] = value
+    for cls in (WorkerSettings, TopicNames):
+        for field, value in flag_values(args, cls).items():
+            env[env_var(setting_name(cls, field))] = str(value).lower() if isinstance(value, bool) else str(value)
     merged = {**os.environ, **env}
-    load(KafkaSettings, env=merged)
-    load(TopicNames, env=merged)
-    settings = load(WorkerSettings, env=merged)
+    settings = {cls: resolved.settings for _, cls, resolved in resolved_settings(args, merged)}[WorkerSettings]
     TimeBuckets(settings.bucket_width, settings.grace)
     for name in _DURATIONS:
         parse_duration(getattr(settings, name), name)
     return env
+
+
+def resolved_settings(args: argparse.Namespace, env: dict[str, str]) -> list[tuple[str, type, Resolved]]:
+    """The worker's settings (kafka, topics, worker) from the file, ``env`` and the flags, with their sources."""
+    return [("kafka", KafkaSettings, kafka_resolved(args, env)),
+            ("topics", TopicNames, resolve_settings(args, TopicNames, env)),
+            ("worker", WorkerSettings, resolve_settings(args, WorkerSettings, env))]
+
+
+def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A settings record with every remembered credential scrubbed from its text."""
+    return {name: {k: scrub(v) if isinstance(v, str) else v for k, v in entry.items()}
+            for name, entry in record.items()}
 
 
 def faust_command(args: argparse.Namespace) -> list[str]:

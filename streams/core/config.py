@@ -1,13 +1,23 @@
 """Configuration: one frozen dataclass per part, validated once at the edge.
 
-Each settings class can be built three ways, later sources winning:
+Every setting has one name (:func:`setting_name`: the field's name, ``<role>_topic``
+for a topic), used in the TOML file, as ``STREAMS_<NAME>`` and as the flag
+``--<name-with-dashes>``: ``bucket_width`` is ``[worker] bucket_width``,
+``STREAMS_BUCKET_WIDTH`` and ``--bucket-width``; ``events_topic`` is ``[topics]
+events_topic``, ``STREAMS_EVENTS_TOPIC`` and ``--events-topic``. Each settings class
+is built from these sources, later ones winning (:func:`resolve` also says which
+source gave each value):
 
 1. its defaults,
 2. a TOML file (``[kafka]``, ``[topics]``, ``[producer]``, ``[worker]`` tables),
-3. environment variables ``STREAMS_<FIELD>`` (e.g. ``STREAMS_BOOTSTRAP_SERVERS``,
-   ``STREAMS_BUCKET_WIDTH``); librdkafka properties as ``STREAMS_KAFKA_<PROPERTY>``
-   with dots as underscores (``STREAMS_KAFKA_SASL_PASSWORD`` is ``sasl.password``),
-4. keyword arguments.
+   named by ``$STREAMS_CONFIG`` (the commands' ``--config``),
+3. environment variables ``STREAMS_<NAME>``; librdkafka properties as
+   ``STREAMS_KAFKA_<PROPERTY>`` with dots as underscores
+   (``STREAMS_KAFKA_SASL_PASSWORD`` is ``sasl.password``),
+4. command-line flags, or keyword arguments from code.
+
+The older topic spellings (``STREAMS_EVENTS``, ``[topics] events``) are deprecated
+aliases that still work.
 
 Values are coerced to the field's type and checked; a bad one raises
 :class:`~streams.core.errors.ConfigError` naming the field, the source and the allowed
@@ -29,6 +39,7 @@ import os
 import re
 import threading
 import tomllib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +53,8 @@ from streams.core.validate import require, require_duration, require_int, requir
 __all__ = [
     "KafkaSettings", "TopicNames", "ProducerSettings", "WorkerSettings", "load", "redact", "SECRET_MARKERS",
     "is_secret", "secret_values", "remember_secrets", "known_secrets", "scrub", "install_log_redaction",
-    "parse_client_properties", "MASK",
+    "parse_client_properties", "MASK", "resolve", "Resolved", "Source", "SOURCE_ORDER", "setting_name", "env_var",
+    "flag",
 ]
 
 #: librdkafka property names containing any of these are credentials.
@@ -355,6 +367,63 @@ BALANCE_SETTINGS = {
 T = TypeVar("T")
 _SECTIONS = {KafkaSettings: "kafka", TopicNames: "topics", ProducerSettings: "producer", WorkerSettings: "worker"}
 
+#: Where settings come from, lowest precedence first: each later source overrides the earlier ones.
+SOURCE_ORDER = ("default", "file", "env", "flag")
+
+
+def setting_name(cls: type, field_name: str) -> str:
+    """The one name of a settings field, used in TOML, in ``STREAMS_<NAME>`` and in ``--<name-with-dashes>``.
+
+    It is the field's name, except for :class:`TopicNames`, whose fields are roles:
+    ``events`` is the setting ``events_topic`` (``[topics] events_topic``,
+    ``STREAMS_EVENTS_TOPIC``, ``--events-topic``).
+    """
+    return f"{field_name}_topic" if cls is TopicNames else field_name
+
+
+def env_var(name: str) -> str:
+    """The environment variable of setting ``name``: ``STREAMS_<NAME>``."""
+    return f"STREAMS_{name.upper()}"
+
+
+def flag(name: str) -> str:
+    """The command-line flag of setting ``name``: ``--<name-with-dashes>``."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one setting's value came from: ``kind`` is one of SOURCE_ORDER, ``detail`` says which one exactly.
+
+    ``detail``: the variable (``STREAMS_BUCKET_WIDTH``), the file and table
+    (``/etc/streams.toml [worker]``), the flag (``--bucket-width``), or ``""`` for a default.
+    """
+
+    kind: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.detail}".strip()
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Settings and, for each field, the :class:`Source` its value came from."""
+
+    settings: Any
+    sources: Mapping[str, Source]
+
+    def to_record(self, cls: type) -> dict[str, dict[str, Any]]:
+        """``{setting name: {"value": ..., "source": kind, "from": detail}}``, credentials redacted."""
+        record = {}
+        for f in dataclasses.fields(self.settings):
+            value = getattr(self.settings, f.name)
+            if isinstance(value, Mapping):
+                value = redact(value)
+            source = self.sources[f.name]
+            record[setting_name(cls, f.name)] = {"value": value, "source": source.kind, "from": source.detail}
+        return record
+
 
 def load(cls: type[T], *, toml_path: str | Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> T:
     """Build settings ``cls`` from defaults, a TOML file, ``STREAMS_*`` variables and ``overrides``.
@@ -362,37 +431,76 @@ def load(cls: type[T], *, toml_path: str | Path | None = None, env: Mapping[str,
     ``toml_path`` defaults to ``$STREAMS_CONFIG`` when set. Raises ConfigError for an
     unknown field, a value that does not convert to the field's type, or one out of range.
     """
+    return resolve(cls, toml_path=toml_path, env=env, overrides=overrides).settings  # type: ignore[no-any-return]
+
+
+def resolve(cls: type, *, toml_path: str | Path | None = None, env: Mapping[str, str] | None = None,
+            flags: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None) -> Resolved:
+    """Settings ``cls`` and where each value came from, from the sources in SOURCE_ORDER.
+
+    Defaults, then the TOML file (``toml_path``, default ``$STREAMS_CONFIG``; table
+    ``[kafka]``, ``[topics]``, ``[producer]`` or ``[worker]``), then ``STREAMS_<NAME>``
+    variables of ``env`` (default ``os.environ``), then ``flags`` (field -> value,
+    already parsed, reported as ``--<name>``), then ``overrides`` (field -> value
+    from code, reported as ``flag`` too). Names are :func:`setting_name`'s; the
+    older spellings of topic settings (``STREAMS_EVENTS``, ``[topics] events``)
+    still work as deprecated aliases, the new name winning when both are set. Raises
+    ConfigError for an unknown setting, a value that does not convert to the
+    field's type, or one out of range.
+    """
     env = os.environ if env is None else env
     hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = [f.name for f in dataclasses.fields(cls)]
+    by_name = {setting_name(cls, name): name for name in fields}
+    aliases = {name: name for name in fields if setting_name(cls, name) != name}  # old spelling -> field
     values: dict[str, Any] = {}
+    sources: dict[str, Source] = dict.fromkeys(fields, Source("default"))
     toml_path = toml_path or env.get("STREAMS_CONFIG")
     if toml_path:
+        section = _SECTIONS[cls]
         try:
-            table = tomllib.loads(Path(toml_path).read_text()).get(_SECTIONS[cls], {})
+            table = tomllib.loads(Path(toml_path).read_text()).get(section, {})
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file {toml_path}: {exc}") from exc
-        for key, value in table.items():
-            if key not in names:
-                raise ConfigError(f"config file {toml_path}: [{_SECTIONS[cls]}] has no setting {key!r}")
-            values[key] = _coerce(key, hints[key], value, f"{toml_path} [{_SECTIONS[cls]}]")
-    for name in names:
-        var = f"STREAMS_{name.upper()}"
-        if var in env and hints[name] is not Mapping[str, str]:
-            values[name] = _coerce(name, hints[name], env[var], f"${var}")
+        for key in sorted(table, key=lambda k: k in by_name):  # an alias first, so the new name wins
+            name = by_name.get(key) or aliases.get(key)
+            if name is None:
+                raise ConfigError(f"config file {toml_path}: [{section}] has no setting {key!r}")
+            if key in aliases:
+                _deprecated(f"[{section}] {key}", f"[{section}] {setting_name(cls, name)}")
+            values[name] = _coerce(key, hints[name], table[key], f"{toml_path} [{section}]")
+            sources[name] = Source("file", f"{toml_path} [{section}]")
+    for name in fields:
+        if hints[name] is Mapping[str, str]:
+            continue
+        for var in (env_var(name), env_var(setting_name(cls, name))) if name in aliases else (env_var(name),):
+            if var in env:  # the alias first, so the new name wins
+                if var != env_var(setting_name(cls, name)):
+                    _deprecated(var, env_var(setting_name(cls, name)))
+                values[name] = _coerce(setting_name(cls, name), hints[name], env[var], f"${var}")
+                sources[name] = Source("env", var)
     if cls is KafkaSettings:
         # STREAMS_KAFKA_SASL_PASSWORD=... becomes the librdkafka property sasl.password.
         props = dict(values.get("client_properties", {}))
-        props.update({var[len("STREAMS_KAFKA_"):].lower().replace("_", "."): value
-                      for var, value in env.items() if var.startswith("STREAMS_KAFKA_")})
+        given = {var[len("STREAMS_KAFKA_"):].lower().replace("_", "."): value
+                 for var, value in env.items() if var.startswith("STREAMS_KAFKA_")}
+        props.update(given)
         remember_secrets(props)  # before anything below can fail with a message
         if props:
             values["client_properties"] = props
-    for key, value in overrides.items():
-        if key not in names:
-            raise ConfigError(f"{cls.__name__} has no setting {key!r}")
-        values[key] = value
-    return cls(**values)
+        if given:
+            sources["client_properties"] = Source("env", "STREAMS_KAFKA_*")
+    for given_values, detail in ((flags or {}, None), (overrides or {}, "argument")):
+        for key, value in given_values.items():
+            if key not in fields:
+                raise ConfigError(f"{cls.__name__} has no setting {key!r}")
+            values[key] = value
+            sources[key] = Source("flag", detail or flag(setting_name(cls, key)))
+    return Resolved(cls(**values), sources)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=4)
 
 
 def _coerce(name: str, hint: Any, raw: Any, source: str) -> Any:

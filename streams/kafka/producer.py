@@ -443,6 +443,21 @@ class RoutingProducer:
         """
         return int(self._producer.flush(timeout))
 
+    def purge(self, timeout: float = 5.0) -> int:
+        """Give up on every record not yet acknowledged; returns how many were given up.
+
+        librdkafka drops them (queued ones never leave, in-flight ones lose their
+        acknowledgement, so some may still have been written) and reports each as
+        failed, served here within ``timeout`` s: afterwards ``in_flight`` is 0 and
+        ``per_partition`` counts exactly the acknowledged records. ``last_error``
+        keeps the error seen before the purge.
+        """
+        before, last_error = self._failed, self._last_error
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self._producer.flush(timeout)
+        self._last_error = last_error
+        return self._failed - before
+
     def close(self, timeout: float = 30.0) -> DeliveryStats:
         """Stop following hot keys and routing maps, flush, and return the final counts if every record was delivered.
 

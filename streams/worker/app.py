@@ -70,8 +70,9 @@ from streams.core.errors import (
     HotKeyNoticeError,
     SerializationError,
 )
+from streams.core.hotkeys.balancer import BalanceLoop
 from streams.core.hotkeys.decider import BalanceDecider, Decision, max_over_mean
-from streams.core.hotkeys.sketch import SketchSummary, merge_summaries
+from streams.core.hotkeys.sketch import SketchSummary
 from streams.core.routing.directory import HotKeyNotice, encode_notice, notice_headers
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.router import Router, RoutingMap
@@ -297,7 +298,8 @@ def _follow_map_in_force() -> RoutingMap:
         decider.policy = dataclasses.replace(decider.policy, partitions=routing_map.partitions)
     return routing_map
 _directory_known = False  # has this instance read back the published directory since it took the sketches partition?
-_summaries: dict[str, SketchSummary] = {}
+# The loop streams simulate runs too: latest summary per instance, merge, measure, decide.
+balance_loop = BalanceLoop(decider, worker_settings.hot_window_s, worker_settings.hot_min_window_events)
 
 
 _maps_followed = False
@@ -677,18 +679,12 @@ async def decide_hot_keys(stream: Any) -> None:
         if not _directory_known:
             decider.restore(await loop.run_in_executor(None, _published_directory), time.time())
             _directory_known = True
-        _summaries[summary.instance] = summary
         now_s = time.time()
-        view = merge_summaries(_summaries.values(), now_s=now_s, max_age_s=3 * worker_settings.hot_window_s + 1)
-        for stale in set(_summaries) - set(view.instances):
-            _summaries.pop(stale, None)
-        rates = view.partition_rates
         routing_map = _follow_map_in_force()
-        if len(rates) == routing_map.partitions:
-            metrics.observe_balance(max_over_mean([rates[p] for p in sorted(rates)]))
-        if view.total < worker_settings.hot_min_window_events:
-            continue  # too few events in the window for rates to mean anything yet
-        decisions = decider.decide(view, now_s)
+        outcome = balance_loop.offer(summary, now_s)
+        if outcome.measured is not None:
+            metrics.observe_balance(outcome.measured)
+        decisions = outcome.decisions
         for decision in decisions:
             _publish(decision, now_s, routing_map)
             metrics.decision(decision)

@@ -597,7 +597,7 @@ class EventProcessor:
         roller_add, fold, dedup = self.roller.add, self.store.fold, self._dedup
         on_time, late_kinds = PlacementKind.ON_TIME, (PlacementKind.LATE, PlacementKind.TOO_OLD)
         loads: dict[int, int] = {}  # source partition -> records read (the sketch's partition load)
-        keys: list[str] = []  # keys of on-time and late events (the sketch's key load)
+        keys: list[tuple[int, str]] = []  # (source partition, key) of on-time and late events (the sketch's key load)
         sids: dict[Source, int] = {}
         duplicates = 0
         for msg in msgs:
@@ -650,12 +650,12 @@ class EventProcessor:
             placement = roller_add(ts, now, partition=sid)
             kind = placement.kind
             if kind is on_time:
-                keys.append(key)
+                keys.append((msg.partition, key))
                 event_id = _id_hash(id_kind, id_number) if dedup else None
                 if not fold(source, offset, placement.bucket.index, key, value, event_id):  # type: ignore[union-attr]
                     duplicates += 1
             elif kind in late_kinds:
-                keys.append(key)
+                keys.append((msg.partition, key))
                 out.append(self._late(msg, event, placement.bucket.index, ts, now,  # type: ignore[union-attr]
                                       placement.reason))
             else:
@@ -665,7 +665,7 @@ class EventProcessor:
         for partition, count in loads.items():
             self.sketch.add_partition(partition, now_s, count)
         if keys:
-            self.sketch.add_many(keys, now_s)
+            self.sketch.add_pairs(keys, now_s)
         return out
 
     def _late(self, msg: InMessage, event: Mapping[str, Any], index: int, ts: int, now: int, reason: str) -> Output:
@@ -767,8 +767,8 @@ class EventProcessor:
             }))
             labels.append(bucket.label)
         watermark = self.watermarks.floor_ms
-        summary = self.sketch.summary(now / 1000, top=256, instance=self.instance,
-                                      partitions=sorted({p for _, p in self._sources}))
+        summary = self.sketch.report(now / 1000, instance=self.instance, partitions={p for _, p in self._sources},
+                                     balance_target=self.settings.balance_target)
         return TickResult(tuple(outputs), summary, tuple(labels), watermark)
 
     def _sid_of_slot(self) -> dict[int, int]:

@@ -289,7 +289,7 @@ def test_worker_help_and_dry_run_map_each_flag_onto_its_streams_variable_offline
                           "--", "--blocking-timeout", "5"))
     assert dry["env"] == {"STREAMS_BOOTSTRAP_SERVERS": "broker:9092", "STREAMS_PARTITIONS": "4",
                           "STREAMS_BUCKET_WIDTH": "5m", "STREAMS_GRACE": "3s", "STREAMS_METRICS_PORT": "9108",
-                          "STREAMS_APP_ID": "a1", "STREAMS_EVENTS": "my.events", "STREAMS_BALANCE_TARGET": "1.2"}
+                          "STREAMS_APP_ID": "a1", "STREAMS_EVENTS_TOPIC": "my.events", "STREAMS_BALANCE_TARGET": "1.2"}
     assert dry["command"][0] == str(Path(sys.executable).parent / "faust")
     assert dry["command"][1:] == ["-A", "streams.app", "worker", "--loglevel", "debug", "--without-web",
                                   "--blocking-timeout", "5"]

@@ -153,7 +153,11 @@ def test_dry_run_without_sketches_uses_a_synthetic_uniform_sample_and_says_so(fl
     plan = orjson.loads(f.run("--partitions", "8", "--dry-run", "--json").stdout)
     assert plan["key_source"] == "synthetic uniform sample of 100,000 keys"
     assert plan["sampled_keys"] == 100_000 and abs(plan["key_fraction"] - 0.25) < 0.007
-    assert plan["traffic_fraction"] is None and plan["traffic_source"].startswith("unknown: no hot-key sketch")
+    assert plan["traffic_fraction"] is None and plan["traffic_source"].startswith("no producer traffic known")
+    text = f.run("--partitions", "8", "--dry-run")
+    assert text.returncode == 0, text.stderr
+    assert "traffic moved" in text.stdout and "no producer traffic known" in text.stdout
+    assert "unknown" not in text.stdout and " - (" not in text.stdout
 
 
 def test_a_keys_file_is_the_sample_and_its_repeats_weigh_the_traffic(
@@ -214,8 +218,15 @@ def test_mod_growth_is_refused_without_allow_reshuffle_and_a_missing_changelog_i
     assert "--allow-reshuffle" in line
     assert f.counts() == (6, None) and read_maps(f.client, f.maps) == []
 
-    dry = f.run("--partitions", "8", "--dry-run")
-    assert dry.returncode == 1 and "75.0% of keys move" in dry.stdout and "--allow-reshuffle" in dry.stderr
+    before = BUCKETS.bucket_of(int(time.time() * 1000)).label
+    dry = f.run("--partitions", "8", "--dry-run")  # a dry run succeeds, and says what a real run would do
+    after = BUCKETS.bucket_of(int(time.time() * 1000)).label
+    assert dry.returncode == 0 and dry.stderr == "", dry.stderr
+    assert "75.0% of keys move" in dry.stdout and "a real run would be refused" in dry.stdout
+    assert "--allow-reshuffle" in dry.stdout
+    assert "1970" not in dry.stdout and "always (no map published: v1 from the settings)" in dry.stdout
+    shown = next(line for line in dry.stdout.splitlines() if line.startswith("bucket now"))
+    assert shown.split()[2] in {before, after}, shown
 
     done = f.run("--partitions", "8", "--allow-reshuffle")
     assert done.returncode == 0, done.stderr

@@ -260,3 +260,104 @@ def test_the_console_script_runs_the_same_main() -> None:
     script = Path(sys.executable).parent / "streams"
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "streams 0.1.0"
+
+
+# --- settings: one vocabulary, booleans that parse, where each value came from -------------------
+
+
+def dry_run_settings(*args: str, env: dict[str, str] | None = None) -> dict:
+    """``streams worker --dry-run --json ARGS``: the settings record (section -> name -> value, source, from)."""
+    result = streams("worker", "--dry-run", "--json", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    return orjson.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_boolean_flags_take_false_as_false() -> None:
+    dry = dry_run_settings("--balance-enabled", "false", "--balance-moves", "false", "--dedup-ids", "false")
+    worker = dry["settings"]["worker"]
+    for name in ("balance_enabled", "balance_moves", "dedup_ids"):
+        assert worker[name] == {"value": False, "source": "flag", "from": "--" + name.replace("_", "-")}
+        assert dry["env"]["STREAMS_" + name.upper()] == "false"
+
+
+@pytest.mark.parametrize(("word", "value"), [("true", True), ("YES", True), ("1", True), ("on", True),
+                                             ("False", False), ("no", False), ("0", False), ("OFF", False)])
+def test_boolean_flags_parse_every_spelling(word: str, value: bool) -> None:
+    assert dry_run_settings("--dedup-ids", word)["settings"]["worker"]["dedup_ids"]["value"] is value
+
+
+def test_a_bare_boolean_flag_is_true_and_no_flags_are_false() -> None:
+    worker = dry_run_settings("--dedup-ids", "--no-balance", "--no-balance-moves",
+                              env={"STREAMS_DEDUP_IDS": "false"})["settings"]["worker"]
+    assert worker["dedup_ids"]["value"] is True and worker["dedup_ids"]["source"] == "flag"
+    assert worker["balance_enabled"]["value"] is False and worker["balance_moves"]["value"] is False
+
+
+def test_a_boolean_flag_with_any_other_value_is_a_usage_error_naming_the_flag() -> None:
+    result = streams("worker", "--dry-run", "--balance-enabled", "nope")
+    assert result.returncode == 2
+    assert "argument --balance-enabled" in result.stderr and "'nope' is not a boolean" in result.stderr
+
+
+def test_no_flag_of_any_command_uses_type_bool() -> None:
+    from streams.cli import _all_subparsers, build_parser
+
+    parser, _ = build_parser()
+    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for sub in _all_subparsers(subparsers):  # type: ignore[arg-type]
+        assert not [a.dest for a in sub._actions if a.type is bool], sub.prog
+    assert not [p for p in (ROOT / "streams").rglob("*.py") if "type=bool" in p.read_text()]
+
+
+def test_dry_run_says_where_each_setting_came_from(tmp_path: Path) -> None:
+    config = tmp_path / "streams.toml"
+    config.write_text('[worker]\ngrace = "3s"\nbucket_width = "1h"\n[topics]\nhot_keys_topic = "file.hot-keys"\n')
+    dry = dry_run_settings("--partitions", "4", "--config", str(config),
+                           env={"STREAMS_BUCKET_WIDTH": "5m", "STREAMS_EVENTS_TOPIC": "env.events"})
+    worker, topics = dry["settings"]["worker"], dry["settings"]["topics"]
+    assert worker["partitions"] == {"value": 4, "source": "flag", "from": "--partitions"}
+    assert worker["bucket_width"] == {"value": "5m", "source": "env", "from": "STREAMS_BUCKET_WIDTH"}  # env > file
+    assert worker["grace"] == {"value": "3s", "source": "file", "from": f"{config} [worker]"}
+    assert worker["retention"] == {"value": "1h", "source": "default", "from": ""}
+    assert topics["events_topic"] == {"value": "env.events", "source": "env", "from": "STREAMS_EVENTS_TOPIC"}
+    assert topics["hot_keys_topic"]["value"] == "file.hot-keys" and topics["hot_keys_topic"]["source"] == "file"
+    # What the worker will see: the variables it inherits as well as those the flags set.
+    assert dry["env"]["STREAMS_BUCKET_WIDTH"] == "5m" and dry["env"]["STREAMS_PARTITIONS"] == "4"
+    assert dry["env"]["STREAMS_CONFIG"] == str(config)
+
+
+def test_the_old_topic_variable_still_works_and_the_new_name_wins() -> None:
+    topics = dry_run_settings(env={"STREAMS_EVENTS": "old.events", "STREAMS_LATE_EVENTS": "old.late",
+                                   "STREAMS_LATE_EVENTS_TOPIC": "new.late"})["settings"]["topics"]
+    assert topics["events_topic"] == {"value": "old.events", "source": "env", "from": "STREAMS_EVENTS"}
+    assert topics["late_events_topic"] == {"value": "new.late", "source": "env", "from": "STREAMS_LATE_EVENTS_TOPIC"}
+
+
+def test_every_worker_setting_has_one_name_for_its_flag_and_its_variable() -> None:
+    import dataclasses
+
+    from streams.core.config import TopicNames, WorkerSettings, env_var, flag, setting_name
+
+    help_text = streams("worker", "--help").stdout
+    for cls in (WorkerSettings, TopicNames):
+        for f in dataclasses.fields(cls):
+            name = setting_name(cls, f.name)
+            assert flag(name) in help_text and f"${env_var(name)}" in help_text.replace("\n", " ").replace(
+                "  ", ""), name
+
+
+def test_inspect_id_takes_the_bucket_width_from_the_environment_and_the_config_file(tmp_path: Path) -> None:
+    def width(*args: str, env: dict[str, str] | None = None) -> str:
+        result = streams("inspect-id", RFC_UUID7, "--json", *args, env=env)
+        assert result.returncode == 0, result.stderr
+        return orjson.loads(result.stdout)["bucket"]["width"]  # type: ignore[no-any-return]
+
+    config = tmp_path / "streams.toml"
+    config.write_text('[worker]\nbucket_width = "1h"\n')
+    assert width() == "1m"
+    assert width(env={"STREAMS_BUCKET_WIDTH": "5m"}) == "5m"
+    assert width("--config", str(config)) == "1h"
+    assert width(env={"STREAMS_CONFIG": str(config)}) == "1h"
+    assert width("--bucket-width", "15m", env={"STREAMS_BUCKET_WIDTH": "5m"}) == "15m"
+    top_level = streams("--config", str(config), "inspect-id", RFC_UUID7, "--json")
+    assert orjson.loads(top_level.stdout)["bucket"]["width"] == "1h"

@@ -1,0 +1,58 @@
+"""The decider's loop: what one decider does with each instance summary that arrives.
+
+The worker (``decide_hot_keys`` in :mod:`streams.worker.app`) and ``streams simulate``
+(:mod:`streams.core.fleet`) run this same loop, so the simulation sees the same
+information at the same pace as the fleet: keep the latest summary of every
+instance, drop instances silent for more than three windows, merge, measure the
+balance, and ask the :class:`~streams.core.hotkeys.decider.BalanceDecider` once the
+window holds enough events to mean anything.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from streams.core.hotkeys.decider import BalanceDecider, Decision, max_over_mean
+from streams.core.hotkeys.sketch import MergedView, SketchSummary, merge_summaries
+
+__all__ = ["BalanceLoop", "Round"]
+
+
+class Round(NamedTuple):
+    """What one summary led to: the merged ``view``, the ``measured`` max/mean of its
+    partition rates (None while an instance has not reported every partition yet), and
+    the ``decisions`` to publish (empty when none)."""
+
+    view: MergedView
+    measured: float | None
+    decisions: tuple[Decision, ...]
+
+
+class BalanceLoop:
+    """Feeds the decider from summaries, one :meth:`offer` per summary received.
+
+    ``window_s`` is the workers' sketch window (a summary older than ``3 × window_s + 1``
+    seconds is an instance gone); ``min_window_events`` is how many events the merged
+    window must hold before the decider is asked. Not thread-safe.
+    """
+
+    def __init__(self, decider: BalanceDecider, window_s: float, min_window_events: int) -> None:
+        """Loop around ``decider``; see the class docstring."""
+        self.decider = decider
+        self.max_age_s = 3 * window_s + 1
+        self.min_window_events = min_window_events
+        self._summaries: dict[str, SketchSummary] = {}
+
+    def offer(self, summary: SketchSummary, now_s: float) -> Round:
+        """Take ``summary`` (the latest of its instance) and decide at ``now_s``. Raises
+        InvalidArgumentError if ``now_s`` is not finite."""
+        self._summaries[summary.instance] = summary
+        view = merge_summaries(self._summaries.values(), now_s=now_s, max_age_s=self.max_age_s)
+        for stale in set(self._summaries) - set(view.instances):
+            del self._summaries[stale]
+        rates = view.partition_rates
+        n = self.decider.policy.partitions
+        measured = max_over_mean([rates[p] for p in range(n)]) if all(p in rates for p in range(n)) else None
+        if view.total < self.min_window_events:
+            return Round(view, measured, ())  # too few events in the window for rates to mean anything yet
+        return Round(view, measured, tuple(self.decider.decide(view, now_s)))
