@@ -47,6 +47,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from streams.core.errors import ConfigError
 from streams.core.hotkeys.decider import BalancePolicy
+from streams.core.ids.lease import LeaseTerms
 from streams.core.routing.placement import HASHES, PLACEMENTS, PLACERS
 from streams.core.validate import require, require_duration, require_int, require_topic
 
@@ -240,6 +241,7 @@ class TopicNames:
     late_events: str = "streams.late-events"
     dead_letters: str = "streams.dead-letters"
     routing_maps: str = "streams.routing-maps"
+    id_leases: str = "streams.id-leases"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -248,7 +250,14 @@ class TopicNames:
 
 @dataclass(frozen=True)
 class ProducerSettings:
-    """How ``RoutingProducer`` stamps, routes and encodes."""
+    """How ``RoutingProducer`` stamps, routes and encodes.
+
+    With ``id_kind="snowflake"``, ``snowflake_worker`` -1 (the default) leases a
+    fleet-unique worker ID through the cluster (:mod:`streams.kafka.leases`); an
+    explicit one is leased too, and refused while another producer holds it.
+    ``id_lease`` is a lease's length, ``id_lease_reuse_delay`` how long a lapsed ID
+    rests before reuse (it must cover twice the clock skew between machines).
+    """
 
     partitions: int = 12
     placement: str = "mod"
@@ -257,7 +266,9 @@ class ProducerSettings:
     grace: str = "10s"
     serializer: str = "json"
     id_kind: str = "uuid7"
-    snowflake_worker: int = 0
+    snowflake_worker: int = -1
+    id_lease: str = "30s"
+    id_lease_reuse_delay: str = "30s"
 
     def __post_init__(self) -> None:
         require_int("partitions", self.partitions, 1, 100_000)
@@ -265,7 +276,19 @@ class ProducerSettings:
                 f"a pair of {PLACEMENTS} and {HASHES}", (self.placement, self.hash))
         require(self.serializer in ("json", "avro"), "serializer", "'json' or 'avro'", self.serializer)
         require(self.id_kind in ("uuid7", "snowflake"), "id_kind", "'uuid7' or 'snowflake'", self.id_kind)
-        require_int("snowflake_worker", self.snowflake_worker, 0, 1023)
+        require_int("snowflake_worker (-1: lease a free one)", self.snowflake_worker, -1, 1023)
+        self.lease_terms()  # validates id_lease and id_lease_reuse_delay, naming them
+
+    def lease_terms(self) -> LeaseTerms:
+        """The Snowflake worker-ID lease terms; raises ConfigError naming the setting out of range."""
+        try:
+            return LeaseTerms(lease_ms=require_duration("id_lease", self.id_lease),
+                              reuse_delay_ms=require_duration("id_lease_reuse_delay", self.id_lease_reuse_delay))
+        except ConfigError as exc:
+            text = str(exc)
+            named = {"lease_ms": "id_lease", "reuse_delay_ms": "id_lease_reuse_delay"}
+            field = text.split(" ", 1)[0]
+            raise ConfigError(named.get(field, field) + text[len(field):]) from None
 
 
 @dataclass(frozen=True)

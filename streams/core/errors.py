@@ -24,6 +24,7 @@ __all__ = [
     "UndeliveredError",
     "ConsumeError",
     "ClusterUnavailableError",
+    "WorkerIdLeaseError",
 ]
 
 
@@ -126,11 +127,18 @@ class UndeliveredError(DeliveryError):
 
     The counts are the producer's at that moment: ``sent`` = ``delivered`` + ``failed``
     + ``in_flight``; ``last_error`` is the last delivery failure's reason, or None.
+    Of the failed, ``not_persisted`` were certainly not written by the broker (safe to
+    resend) and ``possibly_persisted`` may have been (a timeout after sending, a lost
+    connection): resend those with their original ``event_id`` and ``ts_ms``, so the
+    workers' dedupe counts each event once. ``in_flight`` records are in the same
+    unknown state as ``possibly_persisted`` ones.
     """
 
     def __init__(self, message: str, *, sent: int, delivered: int, failed: int, in_flight: int,
-                 last_error: str | None) -> None:
+                 last_error: str | None, possibly_persisted: int = 0) -> None:
         super().__init__(message)
+        self.possibly_persisted = possibly_persisted
+        self.not_persisted = failed - possibly_persisted
         self.sent = sent
         self.delivered = delivered
         self.failed = failed
@@ -147,3 +155,15 @@ class ClusterUnavailableError(StreamsError):
 
     Worth retrying later; the message names the bootstrap servers and the timeout.
     """
+
+
+class WorkerIdLeaseError(StreamsError):
+    """No fleet-unique Snowflake worker ID is held: a lease could not be obtained, renewed or confirmed.
+
+    A generator that raises it has stopped minting rather than risk an ID another
+    producer may also mint. ``worker_id`` is the ID concerned, or None when none was had.
+    """
+
+    def __init__(self, message: str, *, worker_id: int | None = None) -> None:
+        super().__init__(message)
+        self.worker_id = worker_id

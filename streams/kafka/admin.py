@@ -83,6 +83,7 @@ __all__ = [
     "ensure_topics",
     "group_progress",
     "project_topic_specs",
+    "id_leases_spec",
     "roll_bucket_topics",
     "list_topic_names",
     "topic_partitions",
@@ -153,6 +154,9 @@ def project_topic_specs(
         name = getattr(names, f.name)
         if BUCKET_PLACEHOLDER in name:
             continue
+        if f.name == "id_leases":
+            specs.append(dataclasses.replace(id_leases_spec(name), replication_factor=replication_factor))
+            continue
         if f.name in COMPACTED_ROLES:
             config = {"cleanup.policy": "compact"}
         else:
@@ -162,6 +166,18 @@ def project_topic_specs(
         count = control_partitions if f.name in CONTROL_ROLES else partitions
         specs.append(TopicSpec(name, count, config, f.name, replication_factor))
     return tuple(specs)
+
+
+def id_leases_spec(name: str) -> TopicSpec:
+    """The Snowflake worker-ID leases topic (:mod:`streams.kafka.leases`).
+
+    One partition, so the whole fleet reads one order of claims; the broker's clock on
+    every record (``LogAppendTime``), so claims are judged by one clock; an hour of
+    history in ten-minute segments, so a producer starting up reads little (a lease
+    lasts at most ten minutes, so nothing older matters).
+    """
+    return TopicSpec(name, 1, {"cleanup.policy": "delete", "message.timestamp.type": "LogAppendTime",
+                               "retention.ms": "3600000", "segment.ms": "600000"}, "id_leases")
 
 
 # --- create, describe, check -----------------------------------------------------------

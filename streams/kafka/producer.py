@@ -56,10 +56,12 @@ from streams.core.errors import (
     UndeliveredError,
 )
 from streams.core.ids import IdKind, Snowflake, UUIDv7Generator, id_time_ms, parse_id
+from streams.core.ids.lease import LeaseTerms
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.router import Router, RoutingDecision
 from streams.core.serde import CONTENT_TYPE, codec_for
 from streams.kafka.clients import new_producer
+from streams.kafka.leases import DEFAULT_ID_LEASES_TOPIC, WorkerIdLease
 
 __all__ = ["RoutingProducer", "DeliveryStats", "key_text", "DEFAULT_PRODUCER_CONFIG", "SEND_TIMEOUT_S"]
 
@@ -79,6 +81,20 @@ DEFAULT_PRODUCER_CONFIG: dict[str, Any] = {
 }
 
 
+_monotonic_ns = time.monotonic_ns
+
+#: Delivery errors that say the broker did not write the record (librdkafka's
+#: NOT_PERSISTED): resending it cannot create a duplicate. Every other failure, above
+#: all a timeout of a record already sent (``_MSG_TIMED_OUT``), may have been written.
+NOT_PERSISTED_ERRORS = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG,
+    KafkaError.INVALID_MSG_SIZE, KafkaError.INVALID_RECORD,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.INVALID_REQUIRED_ACKS,
+    KafkaError.POLICY_VIOLATION, KafkaError._TIMED_OUT_QUEUE, KafkaError._QUEUE_FULL, KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION, KafkaError._PURGE_QUEUE, KafkaError._INVALID_ARG,
+})
+
 #: How long ``send`` waits for room in a full local queue before QueueFullError, in seconds.
 SEND_TIMEOUT_S = 30.0
 
@@ -94,6 +110,10 @@ class DeliveryStats:
     broker. ``per_partition`` maps (topic, partition) to records sent there less those
     failed there: delivered plus in flight, so exactly the delivered ones once
     ``in_flight`` is 0 (after a ``flush`` that returned 0, or ``close``).
+    ``possibly_persisted``: failed records the broker may have written all the same
+    (a timeout after the record was sent, a lost connection): a resend may duplicate
+    them, so resend with the same ``event_id`` and ``ts_ms`` and the workers' dedupe
+    counts each once. ``not_persisted`` = ``failed`` - ``possibly_persisted``.
     """
 
     sent: int
@@ -101,6 +121,12 @@ class DeliveryStats:
     failed: int
     per_partition: Mapping[tuple[str, int], int]
     last_error: str | None
+    possibly_persisted: int = 0
+
+    @property
+    def not_persisted(self) -> int:
+        """Failed records the broker certainly did not write: resending them cannot duplicate."""
+        return self.failed - self.possibly_persisted
 
     @property
     def in_flight(self) -> int:
@@ -134,8 +160,9 @@ class _Stamper:
     the router takes the same object as the split salt's event ID.
     """
 
-    def __init__(self, id_kind: str, snowflake_worker: int, *, uuid_objects: bool = False) -> None:
+    def __init__(self, id_kind: str, lease: WorkerIdLease | int | None, *, uuid_objects: bool = False) -> None:
         self.kind = id_kind
+        self.lease = lease if isinstance(lease, WorkerIdLease) else None
         # stamp is bound to one kind's method here, so the per-event call makes no choice.
         self.stamp: Callable[[], tuple[object, object, int]]
         if id_kind == "uuid7":
@@ -144,8 +171,15 @@ class _Stamper:
             self._next_uuid = generator.next
             self.stamp = self._uuid7_object if uuid_objects else self._uuid7
         elif id_kind == "snowflake":
-            self._snowflake = Snowflake(worker_id=snowflake_worker)
-            self.stamp = self._snowflake_id
+            if self.lease is not None:
+                self._snowflake = Snowflake(worker_id=self.lease.worker)  # type: ignore[arg-type]
+                self._check = self.lease.check
+                self.stamp = self._leased_snowflake_id
+            elif lease.__class__ is int:
+                self._snowflake = Snowflake(worker_id=lease)  # type: ignore[arg-type]
+                self.stamp = self._snowflake_id
+            else:
+                raise ConfigError("id_kind 'snowflake' needs a worker ID: a WorkerIdLease, or an explicit one")
         else:
             raise ConfigError(f"id_kind must be 'uuid7' or 'snowflake', got {id_kind!r}")
 
@@ -162,6 +196,14 @@ class _Stamper:
     def _snowflake_id(self) -> tuple[str, bytes, int]:
         sf = self._snowflake.next()
         return str(sf), sf.to_bytes(8, "big"), id_time_ms(sf, layout=self._snowflake.layout)
+
+    def _leased_snowflake_id(self) -> tuple[str, bytes, int]:
+        lease = self.lease
+        if _monotonic_ns() >= lease.deadline_ns:  # type: ignore[union-attr]
+            self._check()  # raises WorkerIdLeaseError unless a new lease came meanwhile
+        if self._snowflake.worker_id != lease.worker:  # type: ignore[union-attr]
+            self._snowflake = Snowflake(worker_id=lease.worker)  # type: ignore[union-attr,arg-type]
+        return self._snowflake_id()
 
 
 class RoutingProducer:
@@ -190,7 +232,9 @@ class RoutingProducer:
         *,
         serializer: str = "json",
         id_kind: str = "uuid7",
-        snowflake_worker: int = 0,
+        snowflake_worker: int | None = None,
+        id_leases_topic: str | None = DEFAULT_ID_LEASES_TOPIC,
+        lease_terms: LeaseTerms | None = None,
         producer_config: Mapping[str, Any] | None = None,
         hot_keys_topic: str | None = None,
         routing_maps_topic: str | None = None,
@@ -206,7 +250,16 @@ class RoutingProducer:
         # JSON goes straight to orjson (one call, no frame); the codec explains a failure.
         self._encode = orjson.dumps if serializer == "json" else self._codec.encode
         self._content_type = CONTENT_TYPE[serializer]
-        self._stamper = _Stamper(id_kind, snowflake_worker, uuid_objects=serializer == "json")
+        self._lease = None
+        if id_kind == "snowflake":
+            worker = None if snowflake_worker is None or snowflake_worker == -1 else snowflake_worker
+            if id_leases_topic:
+                self._lease = WorkerIdLease(base, topic=id_leases_topic, terms=lease_terms, worker=worker)
+                self._lease.acquire()
+            elif worker is None:
+                raise ConfigError("snowflake_worker must be set when id_leases_topic is None: without leases "
+                                  "nothing keeps two producers from minting the same IDs")
+        self._stamper = _Stamper(id_kind, self._lease or snowflake_worker, uuid_objects=serializer == "json")
         self._stamp = self._stamper.stamp
         self._id_kind = id_kind
         # (bucket label, map version, salt, id kind) -> the record headers; None: no headers
@@ -223,6 +276,7 @@ class RoutingProducer:
         # topic -> records sent to each partition (index); a topic appears on first use
         self._sent_to: dict[str, list[int]] = {}
         self._failed = 0
+        self._possibly_persisted = 0
         self._failed_to: dict[tuple[str, int], int] = {}
         self._last_error: str | None = None
         self._closed = False
@@ -335,6 +389,8 @@ class RoutingProducer:
         if err is None:  # a success report, only if delivery.report.only.error was turned off
             return
         self._failed += 1
+        if err.code() not in NOT_PERSISTED_ERRORS:
+            self._possibly_persisted += 1
         tp = (msg.topic(), msg.partition())
         self._failed_to[tp] = self._failed_to.get(tp, 0) + 1
         self._last_error = str(err)
@@ -470,13 +526,16 @@ class RoutingProducer:
         self._stop_followers()
         self.flush(timeout)
         self._closed = True
+        if self._lease is not None:
+            self._lease.close()
         stats = self.stats()
         if stats.failed or stats.in_flight:
             raise UndeliveredError(
-                f"{stats.failed + stats.in_flight} of {stats.sent} records not delivered: {stats.failed} failed, "
+                f"{stats.failed + stats.in_flight} of {stats.sent} records not delivered: {stats.failed} failed "
+                f"({stats.not_persisted} not written, safe to resend; {stats.possibly_persisted} possibly written), "
                 f"{stats.in_flight} still in flight after {timeout} s (last error: {stats.last_error})",
                 sent=stats.sent, delivered=stats.delivered, failed=stats.failed, in_flight=stats.in_flight,
-                last_error=stats.last_error)
+                last_error=stats.last_error, possibly_persisted=stats.possibly_persisted)
         return stats
 
     def stats(self) -> DeliveryStats:
@@ -491,7 +550,8 @@ class RoutingProducer:
                 if n:
                     per_partition[(topic, partition)] = n
         in_flight = min(len(self._producer), sent - failed)  # len() may also count a queued log or error event
-        return DeliveryStats(sent, sent - failed - in_flight, failed, per_partition, self._last_error)
+        return DeliveryStats(sent, sent - failed - in_flight, failed, per_partition, self._last_error,
+                             self._possibly_persisted)
 
     @property
     def follower(self) -> Any:
@@ -519,6 +579,8 @@ class RoutingProducer:
         else:
             self._stop_followers()
             self.flush(5)
+            if self._lease is not None:
+                self._lease.close()
 
     def __repr__(self) -> str:
         return f"RoutingProducer(config={redact(self._config)!r}, map_version={self.router.current.version})"

@@ -9,6 +9,7 @@ mock.
 
 from __future__ import annotations
 
+import secrets
 import socket
 import time
 from collections import Counter
@@ -102,3 +103,27 @@ def test_a_with_block_raises_undelivered_error_when_records_failed(dead_bootstra
     with pytest.raises(UndeliveredError, match="1 failed"):
         with broker_less(dead_bootstrap, **{"message.timeout.ms": 200}) as producer:
             producer.send("k")
+
+
+def test_timed_out_records_count_as_possibly_written_and_refused_ones_as_not_written(
+        kafka_bootstrap: str, make_topic: Callable[..., str], dead_bootstrap: str) -> None:
+    """A timeout may hide a write (resend with the same ID); a broker's refusal certainly does not."""
+    timed_out = broker_less(dead_bootstrap, **{"message.timeout.ms": 200})
+    for i in range(4):
+        timed_out.send(f"k{i}")
+    with pytest.raises(UndeliveredError) as caught:
+        timed_out.close(10)
+    assert (caught.value.possibly_persisted, caught.value.not_persisted) == (4, 0)
+    assert "4 possibly written" in str(caught.value)
+
+    topic = make_topic("small", partitions=1, config={"max.message.bytes": "2000"})
+    router = Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=1, topic=topic)])
+    producer = RoutingProducer(router, {"bootstrap.servers": kafka_bootstrap})
+    producer.send("small", 1.0)
+    assert producer.flush(30) == 0  # alone in its batch: the broker refuses a whole batch
+    producer.send("big", 1.0, attributes={"blob": secrets.token_hex(4_000)})  # random: lz4 cannot shrink it
+    with pytest.raises(UndeliveredError) as refused:
+        producer.close(30)
+    error = refused.value
+    assert (error.delivered, error.failed, error.not_persisted, error.possibly_persisted) == (1, 1, 1, 0)
+    assert producer.stats().not_persisted == 1
