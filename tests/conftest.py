@@ -164,3 +164,20 @@ def make_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
                 fut.result(30)
             except Exception:  # noqa: BLE001 - cleanup only; the broker dies with the session anyway
                 pass
+
+
+@pytest.fixture
+def fresh_kafka() -> Iterator[Any]:
+    """A single-node broker of this test alone (``LocalKafka``): no topics at start, and the test may kill it.
+
+    Started for every test that asks (a few seconds), whatever ``KAFKA_BOOTSTRAP`` says:
+    a test of a fresh cluster or of an outage needs a broker nothing else uses.
+    """
+    from kafka_local import LocalKafka
+
+    broker = LocalKafka(heap="384m")
+    _start_or_fail(broker, "fresh single-node Kafka broker")
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -184,6 +184,7 @@ class Following:
     routing_maps_topic: str | None
     history: tuple[RoutingMap, ...]
     notes: tuple[str, ...]
+    directory_exists: bool = False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -206,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     producer = RoutingProducer(router, config, serializer=settings.serializer, id_kind=settings.id_kind,
                                snowflake_worker=settings.snowflake_worker, hot_keys_topic=following.hot_keys_topic,
                                routing_maps_topic=following.routing_maps_topic)
+    _read_directory(producer, following, args.timeout)
     count = args.count if args.count is not None or args.duration is not None else DEFAULT_COUNT
     observe = None
     if args.metrics_port:
@@ -257,15 +259,29 @@ def _following(args: argparse.Namespace, config: dict[str, Any], names: TopicNam
                  "(--no-follow): every key goes to its hash partition",) if placed else ()
         return Following(None, None, (), notes)
     existing = set(list_topic_names(config, timeout_s=args.timeout))
+    directory = names.hot_keys in existing
     if names.routing_maps not in existing:
-        return Following(names.hot_keys, None, (), ())
+        return Following(names.hot_keys, None, (), (), directory)
     history = tuple(read_maps(config, names.routing_maps, timeout_s=args.timeout, bucket_width_ms=buckets.width_ms))
     others = sorted({m.topic for m in history} - {topic})
     if others:
         return Following(names.hot_keys, None, (), (
             f"not following the routing maps on {names.routing_maps!r}: they route {', '.join(map(repr, others))}, "
-            f"not {topic!r}",))
-    return Following(names.hot_keys, names.routing_maps, history, ())
+            f"not {topic!r}",), directory)
+    return Following(names.hot_keys, names.routing_maps, history, (), directory)
+
+
+def _read_directory(producer: RoutingProducer, following: Following, timeout_s: float) -> None:
+    """Wait until the key directory that exists now is read, so the first events already follow it.
+
+    A hot-keys topic that does not exist yet is followed live once it appears (the
+    worker creates it); one not read within ``timeout_s`` is followed live too, with a note.
+    """
+    if producer.follower is None or not following.directory_exists:
+        return
+    if not producer.follower.wait_until_current(timeout_s):
+        print(f"streams: note: the key directory on {following.hot_keys_topic!r} was not read within "
+              f"{timeout_s:g} s: following it live from now on", file=sys.stderr)
 
 
 def _placed_keys(config: dict[str, Any], topic: str, timeout_s: float) -> int:
