@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -244,3 +245,80 @@ def test_produce_exposes_its_delivery_counters_to_prometheus_while_it_runs(
     assert 0 < seen["streams_producer_delivered"] <= seen["streams_producer_sent"] < 4000
     assert seen["streams_producer_failed"] == 0
     assert orjson.loads(out)["delivered"] == 4000
+
+
+# --- produce follows the fleet; its summary during an outage ------------------------------------------
+
+
+def publish_placement(bootstrap: str, topic: str, key: str, placement: tuple[int, ...], partitions: int) -> None:
+    """Publish a version-2 notice placing ``key`` on ``placement``, as the decider does."""
+    from confluent_kafka import Producer
+
+    from streams.core.routing.directory import HotKeyNotice, encode_notice, notice_headers
+
+    now = int(time.time() * 1000)
+    kb = canonical_key(key)
+    notice = HotKeyNotice(key=kb, key_display=key, placement=placement, home=kafka_partition(kb, partitions),
+                          estimated_rate=500.0, share=0.5, partitions=partitions, detected_at_ms=now,
+                          hot_since_ms=now, map_version=1, detector="test")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, encode_notice(notice), kb, headers=notice_headers())
+    assert producer.flush(30) == 0
+
+
+def test_produce_follows_the_key_directory_by_default_and_says_once_when_told_not_to(
+        kafka_bootstrap: str, make_topic: Callable[..., str], fresh_names: Callable[[str], str]) -> None:
+    hot = make_topic("follow-hot", 1, {"cleanup.policy": "compact"})
+    keys = generate_keys(Workload("uniform", keys=8, seed=5), 2000)
+    key = Counter(keys).most_common(1)[0][0]
+    home = kafka_partition(canonical_key(key), 4)
+    publish_placement(kafka_bootstrap, hot, key, ((home + 1) % 4,), 4)
+    common = ["--bootstrap-server", kafka_bootstrap, "--hot-keys-topic", hot, "--routing-maps-topic",
+              fresh_names("follow-maps-absent"), "--count", "2000", "--distribution", "uniform", "--keys", "8",
+              "--seed", "5", "--json"]
+
+    following = make_topic("follow-events", 4)
+    result = streams("produce", "--events-topic", following, *common)
+    summary = ok_json(result)
+    assert summary["following"] == {"hot_keys_topic": hot, "routing_maps_topic": None}
+    assert "ignoring" not in result.stderr
+    landed = consume_all(kafka_bootstrap, following, 2000)
+    assert {m.partition() for m in landed if m.key() == key.encode()} == {(home + 1) % 4}  # every event, the first too
+    assert all(m.partition() == kafka_partition(m.key(), 4) for m in landed if m.key() != key.encode())
+
+    ignoring = make_topic("nofollow-events", 4)
+    result = streams("produce", "--events-topic", ignoring, "--no-follow", *common)
+    assert ok_json(result)["following"] == {"hot_keys_topic": None, "routing_maps_topic": None}
+    notes = [line for line in result.stderr.splitlines() if "ignoring the key directory" in line]
+    assert notes == [f"streams: note: ignoring the key directory on '{hot}', which places 1 key(s) (--no-follow): "
+                     "every key goes to its hash partition"]
+    landed = consume_all(kafka_bootstrap, ignoring, 2000)
+    assert {m.partition() for m in landed if m.key() == key.encode()} == {home}
+
+
+def test_produce_during_a_broker_outage_reports_progress_and_a_summary_that_adds_up(fresh_kafka: Any) -> None:
+    bootstrap = fresh_kafka.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("outage", 3, 1)])["outage"].result(30)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
+    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "produce", "--bootstrap-server", bootstrap,
+                             "--events-topic", "outage", "--no-follow", "--duration", "6s", "--rate", "1000",
+                             "--progress-interval", "500ms", "--flush-timeout", "2s", "--json"],
+                            env=clean, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    before: list[str] = []
+    for line in proc.stderr:  # without a terminal: progress lines on stderr while it sends
+        before.append(line)
+        if line.startswith("progress") and ", delivered 0," not in line:
+            break
+    fresh_kafka.kill()  # the outage: the only broker is gone, mid-run
+    rest, _ = proc.stderr.read(), proc.wait(120)
+    summary = orjson.loads(proc.stdout.read() if proc.stdout else b"")
+    after = rest.splitlines()
+
+    assert proc.returncode == 1
+    assert after[-1].startswith("streams: error: ") and "not delivered" in after[-1]
+    assert [line for line in after if line.startswith("progress")], "progress lines go on during the outage"
+    assert summary["sent"] == summary["delivered"] + summary["failed"] + summary["pending"]
+    assert summary["delivered"] > 0 and summary["failed"] + summary["pending"] > 0
+    assert sum(p["delivered"] for p in summary["per_partition"]) == summary["delivered"]
