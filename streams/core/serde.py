@@ -85,14 +85,20 @@ class Codec(Protocol):
         ...
 
 
+#: Earlier versions of a schema, oldest last: records they wrote still decode, the
+#: fields added since taking their defaults (Avro schema resolution).
+EARLIER_VERSIONS: dict[str, tuple[str, ...]] = {"dead_letter": ("dead_letter_v1",), "late_event": ("late_event_v1",)}
+
+
 class AvroCodec:
-    """Schemaless Avro through fastavro, for one schema."""
+    """Schemaless Avro through fastavro, for one schema (records of its earlier versions decode too)."""
 
     format: Format = "avro"
 
     def __init__(self, schema_name: str) -> None:
         self.schema_name = schema_name
         self._schema = load_schema(schema_name)
+        self._earlier = [load_schema(name) for name in EARLIER_VERSIONS.get(schema_name, ())]
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         """Avro binary of ``record``; raises SerializationError naming the schema and the field on a mismatch."""
@@ -118,6 +124,9 @@ class AvroCodec:
         try:
             record = fastavro.schemaless_reader(buf, self._schema, None)
         except Exception as exc:  # noqa: BLE001 - fastavro raises many types on corrupt input
+            earlier = self._read_earlier(data)
+            if earlier is not None:
+                return earlier
             if _is_json_object(data):
                 raise _error(self.schema_name, CONTENT_TYPE_FIELD,
                              "the payload is JSON, but its content-type says Avro") from exc
@@ -125,12 +134,28 @@ class AvroCodec:
             what = "corrupt Avro payload" if field == PAYLOAD else "is truncated or corrupt"
             raise _error(self.schema_name, field, f"{what} ({type(exc).__name__}: {exc})"[:300]) from exc
         if buf.tell() != len(data):
+            earlier = self._read_earlier(data)
+            if earlier is not None:
+                return earlier
             if _is_json_object(data):
                 raise _error(self.schema_name, CONTENT_TYPE_FIELD, "the payload is JSON, but its content-type says Avro")
             raise _error(self.schema_name, PAYLOAD, f"{len(data) - buf.tell()} trailing bytes after the record in the payload")
         if not isinstance(record, dict):
             raise _error(self.schema_name, PAYLOAD, "the payload is not a record")
         return record
+
+
+    def _read_earlier(self, data: bytes) -> dict[str, Any] | None:
+        """``data`` read as a record of an earlier version of the schema (whole), or None."""
+        for writer in self._earlier:
+            buf = io.BytesIO(data)
+            try:
+                record = fastavro.schemaless_reader(buf, writer, self._schema)
+            except Exception:  # noqa: BLE001 - not this version either
+                continue
+            if buf.tell() == len(data) and isinstance(record, dict):
+                return record
+        return None
 
 
 class JsonCodec:

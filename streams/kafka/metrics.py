@@ -31,6 +31,10 @@ class WorkerMetrics:
         self.balance = Gauge("streams_partition_balance", "max/mean of the measured partition rates", registry=r)
         self.late = Gauge("streams_late_events", "events routed to the late-events topic", registry=r)
         self.dead = Gauge("streams_dead_letters", "events dead-lettered", registry=r)
+        self.collisions = Gauge("streams_event_id_collisions",
+                                "distinct events folded although another event of their bucket and partition "
+                                "had the same ID (counted, never dropped)", registry=r)
+        self.duplicates = Gauge("streams_duplicate_events", "resent or re-read events folded once", registry=r)
         self.watermark_lag = Gauge("streams_watermark_lag_seconds", "wall clock minus the low watermark", registry=r)
         self.open_buckets = Gauge("streams_open_buckets", "buckets holding stage-1 state", registry=r)
         self.close_lag = Gauge("streams_bucket_close_lag_seconds",
@@ -91,6 +95,8 @@ class WorkerMetrics:
         counts = processor.counts()
         self.late.set(counts.late + counts.too_old)
         self.dead.set(counts.dead_lettered)
+        self.collisions.set(counts.collisions)
+        self.duplicates.set(counts.duplicates)
         self.open_buckets.set(processor.open_buckets())
         now_ms = time.time() * 1000
         if result.watermark_ms is not None:

@@ -1,7 +1,7 @@
 """Replay: put late events back into their buckets, and re-read a time range of events.
 
 :func:`replay_late` reads the late-events topic (all of it, or a bucket or time
-range), decodes each late event's original payload, drops repeats of an event ID,
+range), decodes each late event's original payload, drops repeats of an event (same ID, key, time and value),
 folds the rest per (bucket, key) and writes one correction partial per (bucket, key)
 into the partials topic in the :data:`~streams.core.partials.LATE_SLOT` slot. Stage 2 merges
 it like any partial and emits the corrected aggregate. Because the slot is replaced,
@@ -17,6 +17,8 @@ the reference a reprocessing job or an audit compares against.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -33,15 +35,16 @@ from streams.core.time.buckets import TimeBuckets
 from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.clients import new_consumer, new_producer
 
-__all__ = ["ReplaySummary", "replay_late", "read_time_range", "read_topic"]
+__all__ = ["ReplaySummary", "replay_late", "read_time_range", "read_topic", "event_identity", "read_original"]
 
 Progress = Callable[[int, int], None]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ReplaySummary:
     """What a replay did: ``read`` late records; ``replayed`` distinct events folded;
-    ``duplicates`` repeats of an event ID skipped; ``too_old`` beyond retention;
+    ``duplicates`` repeats of an event (ID, key, time, value) skipped; ``too_old`` beyond retention;
     ``failed`` undecodable; ``corrections`` partials written (one per (bucket, key))."""
 
     read: int
@@ -103,6 +106,46 @@ def read_topic(client_config: Mapping[str, Any], topic: str, *, start_ms: int | 
         consumer.close()
 
 
+def read_original(client_config: Mapping[str, Any], late: Mapping[str, Any], *, timeout_s: float = 30.0) -> bytes:
+    """The whole original value of a truncated late event, read at its source and checked against its hash.
+
+    Raises SerializationError (field ``original``) if the source no longer holds it
+    (retention) or it does not match the recorded SHA-256.
+    """
+    where = f"{late['source_topic']}[{late['source_partition']}]@{late['source_offset']}"
+    consumer = new_consumer({**client_config, "group.id": f"streams-replay-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(late["source_topic"], late["source_partition"], late["source_offset"])])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            if msg.offset() != late["source_offset"]:
+                break  # the offset is gone: retention deleted it, the log moved on
+            value = msg.value() or b""
+            if hashlib.sha256(value).digest() != late.get("original_sha256"):
+                raise SerializationError(f"the record at {where} does not match the late event's SHA-256",
+                                         field="original")
+            return value
+    except KafkaException as exc:
+        raise SerializationError(f"cannot read the original at {where}: {exc}", field="original") from None
+    finally:
+        consumer.close()
+    raise SerializationError(f"the original at {where} is no longer in the topic (truncated copy only)",
+                             field="original")
+
+
+def event_identity(event: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two records one event: ID, key, event time and value (a resend repeats all four).
+
+    Two distinct events that share an ID (colliding Snowflake IDs) differ in the rest,
+    so replay and the exact oracle count both, as the worker does.
+    """
+    return event["id"], event["key"], event["ts_ms"], event["value"]
+
+
 def replay_late(client_config: Mapping[str, Any], late_topic: str, partials_topic: str, buckets: TimeBuckets,
                 retention_ms: int, *, from_bucket_ms: int | None = None, to_bucket_ms: int | None = None,
                 now_ms: int | None = None, progress: Progress | None = None) -> ReplaySummary:
@@ -114,7 +157,7 @@ def replay_late(client_config: Mapping[str, Any], late_topic: str, partials_topi
     now = int(time.time() * 1000) if now_ms is None else now_ms
     late_codec = AvroCodec("late_event")
     event_codecs = {CONTENT_TYPE["json"].decode(): JsonCodec("event"), CONTENT_TYPE["avro"].decode(): AvroCodec("event")}
-    seen: set[str] = set()
+    seen: set[tuple[Any, ...]] = set()
     groups: dict[tuple[int, str], Stats] = {}
     read = duplicates = too_old = failed = 0
     for msg in read_topic(client_config, late_topic, progress=progress):
@@ -124,17 +167,22 @@ def replay_late(client_config: Mapping[str, Any], late_topic: str, partials_topi
             codec = event_codecs.get(late["content_type"])
             if codec is None:
                 raise SerializationError(f"unknown content type {late['content_type']!r}")
-            event = codec.decode(late["original"])
-        except SerializationError:
+            original = late["original"]
+            if late.get("truncated"):  # too large to carry whole: read it where it came from
+                original = read_original(client_config, late)
+            event = codec.decode(original)
+        except SerializationError as exc:
+            log.warning("late event at %s[%d]@%d not replayed: %s", late_topic, msg.partition(), msg.offset(), exc)
             failed += 1
             continue
         start = late["bucket_start_ms"]
         if (from_bucket_ms is not None and start < from_bucket_ms) or (to_bucket_ms is not None and start >= to_bucket_ms):
             continue
-        if event["id"] in seen:
+        identity = event_identity(event)
+        if identity in seen:
             duplicates += 1
             continue
-        seen.add(event["id"])
+        seen.add(identity)
         if start + buckets.width_ms + retention_ms <= now:
             too_old += 1
             continue
@@ -167,16 +215,17 @@ def read_time_range(client_config: Mapping[str, Any], events_topic: str, buckets
     """
     codecs = {CONTENT_TYPE["json"]: JsonCodec("event"), CONTENT_TYPE["avro"]: AvroCodec("event")}
     out: dict[tuple[str, str], Stats] = {}
-    seen: set[str] = set()
+    seen: set[tuple[Any, ...]] = set()
     for msg in read_topic(client_config, events_topic, start_ms=start_ms, end_ms=end_ms, progress=progress):
         headers = dict(msg.headers() or [])
         try:
             event = codecs.get(headers.get("content-type", b""), codecs[CONTENT_TYPE["json"]]).decode(msg.value())
         except SerializationError:
             continue
-        if event["id"] in seen or not start_ms <= event["ts_ms"] < end_ms:
+        identity = event_identity(event)
+        if identity in seen or not start_ms <= event["ts_ms"] < end_ms:
             continue
-        seen.add(event["id"])
+        seen.add(identity)
         slot = (buckets.bucket_of(event["ts_ms"]).label, event["key"])
         out.setdefault(slot, Stats.empty()).add(event["value"])
     return out

@@ -65,6 +65,7 @@ from streams.core.config import (
     install_log_redaction,
     load,
 )
+from streams.core.deadletter import MAX_ORIGINAL_KEY_BYTES, bounded, dead_letter_record
 from streams.core.errors import (
     ConfigError,
     HotKeyNoticeError,
@@ -721,10 +722,9 @@ async def merge_partials(stream: Any) -> None:
                                          "would replace the exact aggregate", field="bucket_start_ms")
             merged = merger.apply(msg.partition, partial)
         except SerializationError as exc:
-            _send(Output("dead_letters", msg.key or b"", {
-                "reason": f"bad partial: {exc}"[:1000], "field": exc.field, "source_topic": msg.topic,
-                "source_partition": msg.partition, "source_offset": msg.offset,
-                "failed_at_ms": int(time.time() * 1000), "original_key": msg.key, "original": msg.value}), stage2_writer)
+            _send(Output("dead_letters", bounded(msg.key, MAX_ORIGINAL_KEY_BYTES) or b"", dead_letter_record(
+                f"bad partial: {exc}", exc.field, msg.topic, msg.partition, msg.offset, int(time.time() * 1000),
+                msg.key, msg.value)), stage2_writer)
         else:
             _send(Output("aggregates", f"{merged['bucket']}|{merged['key']}".encode(), merged), stage2_writer)
         _unacked_partials.append(event)  # acknowledged after the flush that covers its output

@@ -48,6 +48,7 @@ tombstones are durable, :meth:`Stage1Store.reindex` drops the leftover entries.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
@@ -58,6 +59,7 @@ from xxhash import xxh3_64_intdigest
 
 from streams.core.aggregate import Stats
 from streams.core.config import WorkerSettings
+from streams.core.deadletter import MAX_ORIGINAL_KEY_BYTES, bounded, dead_letter_record, original_fields
 from streams.core.errors import InvalidIdError, SerializationError
 from streams.core.hotkeys.sketch import SketchSummary, SlidingSketch
 from streams.core.ids import IdKind, classify_id
@@ -68,6 +70,8 @@ from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.core.time.eventtime import PlacementKind
 from streams.core.time.roller import BucketRoller
 from streams.core.time.watermark import WatermarkTracker
+
+log = logging.getLogger(__name__)
 
 __all__ = ["InMessage", "Output", "TickResult", "Checkpoint", "FetchState", "Stage1Store", "EventProcessor",
            "ProcessorCounts"]
@@ -143,7 +147,10 @@ class FetchState(NamedTuple):
 class ProcessorCounts:
     """Conservation counters: ``received == on_time + late + too_old + dead_lettered``;
     ``duplicates`` are records re-read after a restart whose effects were already
-    durable (not in ``received``), or re-read on-time records an entry had folded."""
+    durable (not in ``received``), re-read on-time records an entry had folded, or
+    resends of an event already folded; ``collisions`` are distinct events folded
+    although an earlier event of their bucket and slot had the same ID (they are in
+    ``on_time``: counted, never dropped)."""
 
     received: int
     on_time: int
@@ -151,6 +158,7 @@ class ProcessorCounts:
     too_old: int
     dead_lettered: int
     duplicates: int
+    collisions: int = 0
 
 
 class Stage1Store:
@@ -167,9 +175,15 @@ class Stage1Store:
     and the last durable offset of a source, so a restarted worker does not reopen a
     bucket it already emitted.
 
-    Event IDs: :meth:`fold` with an ``event_id`` folds each ID once per (bucket, slot)
-    while the bucket is open, so an event its producer or application sent twice is
-    counted once. The IDs (64-bit hashes) are changelogged incrementally, as
+    Event identities: :meth:`fold` with an ``event_id`` (a 64-bit hash of the event's
+    identity: ID, key, event time and value, see :func:`_identity_hash`) folds each
+    identity once per (bucket, slot) while the bucket is open, so an event its
+    producer or application sent twice is counted once, while two distinct events
+    that share an ID (producers minting colliding Snowflake IDs) are both counted.
+    Such a *collision* (a new identity with an ID already folded in the slot) is
+    counted in :attr:`collisions`; the plain IDs behind that check live in memory only,
+    so collisions with events folded before a restart go uncounted (never dropped).
+    The identities are changelogged incrementally, as
     ``ids|<bucket index>|<slot>|<n>`` chunks holding the IDs added since the last
     flush, so the cost of a flush is its new IDs, not the bucket's; they are dropped
     with the bucket. Memory: 8 bytes (plus a set slot) per on-time event of an open bucket.
@@ -182,7 +196,9 @@ class Stage1Store:
         self._live: dict[str, list[Any]] = {}  # entry key -> [partition, offsets, Stats]
         self._dirty: set[str] = set()
         self._closed: list[tuple[int, str]] = []  # (changelog partition, entry key) awaiting a tombstone
-        self._ids: dict[tuple[int, int], set[int]] = {}  # (bucket index, slot) -> event-ID hashes folded
+        self._ids: dict[tuple[int, int], set[int]] = {}  # (bucket index, slot) -> event identity hashes folded
+        self._plain_ids: dict[tuple[int, int], set[int]] = {}  # (bucket index, slot) -> plain event IDs (64 bits)
+        self.collisions = 0  # distinct events folded whose ID an earlier event of the slot had
         self._new_ids: dict[tuple[int, int], list[int]] = {}  # added since the last flush
         self._id_chunks: dict[tuple[int, int], list[str]] = {}  # their changelogged chunk keys
         self._indexed_len = -1
@@ -202,6 +218,7 @@ class Stage1Store:
         self._live = {}
         self._index.clear()
         old_ids, self._ids, self._id_chunks = self._ids, {}, {}
+        old_plain, self._plain_ids = self._plain_ids, {}
         items = list(self.data.items())
         checkpoints: dict[Source, Checkpoint] = {}
         closed_by_partition: dict[int, int] = {}
@@ -238,6 +255,7 @@ class Stage1Store:
         for slice_key, ids in old_ids.items():  # IDs of slices kept live, flushed or not
             if slice_key in live_slices:
                 self._ids.setdefault(slice_key, set()).update(ids)
+        self._plain_ids = {k: v for k, v in old_plain.items() if k in live_slices}
         self._new_ids = {k: v for k, v in self._new_ids.items() if k in live_slices}
         self._dirty &= self._live.keys()
         self._indexed_len = len(self.data)
@@ -267,7 +285,7 @@ class Stage1Store:
                 keys.discard(key)
                 if not keys:
                     self._index.pop(int(key.split("|", 1)[0]), None)
-        for store in (self._ids, self._new_ids, self._id_chunks):
+        for store in (self._ids, self._plain_ids, self._new_ids, self._id_chunks):
             for slice_key in [k for k in store if k[1] in partitions]:
                 del store[slice_key]
         self._closed = [(p, k) for p, k in self._closed if p not in partitions]
@@ -299,9 +317,12 @@ class Stage1Store:
         self._id_chunks.setdefault(slice_key, []).append(key)
 
     def fold(self, source: Source, offset: int, index: int, key: str, value: float | None,
-             event_id: int | None = None) -> bool:
+             event_id: int | None = None, plain_id: int = 0) -> bool:
         """Fold one on-time event in; False (and nothing changed) if this source offset, or
-        this ``event_id`` (a 64-bit hash) in this bucket and slot, was folded before.
+        this ``event_id`` (a 64-bit identity hash) in this bucket and slot, was folded before.
+
+        ``plain_id`` (64 bits of the event ID alone) counts a collision when an event
+        with a new identity but an ID folded before in the slot is folded.
 
         Offsets are remembered per (topic, partition), so an entry of a per-bucket
         topic or of a foreign producer's records is folded correctly too. The entry is
@@ -332,6 +353,12 @@ class Stage1Store:
         offsets[source_key] = offset
         if ids is not None:
             ids.add(event_id)
+            plain = self._plain_ids.get((index, partition))
+            if plain is None:
+                plain = self._plain_ids[(index, partition)] = set()
+            elif plain_id in plain:
+                self.collisions += 1
+            plain.add(plain_id)
             new = self._new_ids.get((index, partition))
             if new is None:
                 new = self._new_ids[(index, partition)] = ([], {})
@@ -399,6 +426,7 @@ class Stage1Store:
         if not keys:
             self._index.pop(index, None)
         self._ids.pop((index, slot), None)
+        self._plain_ids.pop((index, slot), None)
         self._new_ids.pop((index, slot), None)
         for chunk_key in self._id_chunks.pop((index, slot), ()):
             self.data.pop(chunk_key, None)
@@ -480,6 +508,7 @@ class EventProcessor:
         self._pending: dict[int, tuple[int, set[str]]] = {}  # bucket index -> (events, keys) of slices emitted
         self._dedup = settings.dedup_ids
         self._duplicates = 0
+        self._collisions_logged = 0
         self._sources: set[Source] = set()
         self._source_ids: dict[Source, int] = {}  # the watermark tracker numbers its inputs
         self._durable: dict[Source, int] = {}  # last offset durable at the last checkpoint
@@ -651,8 +680,13 @@ class EventProcessor:
             kind = placement.kind
             if kind is on_time:
                 keys.append((msg.partition, key))
-                event_id = _id_hash(id_kind, id_number) if dedup else None
-                if not fold(source, offset, placement.bucket.index, key, value, event_id):  # type: ignore[union-attr]
+                if dedup:
+                    identity = _identity_hash(id_kind, id_number, key, ts, value)
+                    folded = fold(source, offset, placement.bucket.index, key, value,  # type: ignore[union-attr]
+                                  identity, (id_number & _LOW64) ^ (id_number >> 64))
+                else:
+                    folded = fold(source, offset, placement.bucket.index, key, value)  # type: ignore[union-attr]
+                if not folded:
                     duplicates += 1
             elif kind in late_kinds:
                 keys.append((msg.partition, key))
@@ -675,7 +709,7 @@ class EventProcessor:
             "event_id": event["id"], "bucket": bucket.label, "bucket_start_ms": bucket.start_ms,
             "event_ts_ms": ts, "watermark_ms": watermark, "lateness_ms": max(0, watermark - bucket.close_ms),
             "reason": reason, "source_topic": msg.topic, "source_partition": msg.partition,
-            "source_offset": msg.offset, "original": msg.value or b"",
+            "source_offset": msg.offset, **original_fields(msg.value or b""),
             # A header may be present with a null value: fall back as if it were absent.
             "content_type": (msg.headers.get("content-type") or CONTENT_TYPE[self.settings.serializer]).decode(
                 "ascii", "replace"),
@@ -686,11 +720,8 @@ class EventProcessor:
                      ts: int | None = None, *, counted: bool = False) -> Output:
         if not counted:
             self.roller.count_dead_letter(_reason_class(reason), ts)
-        record = {
-            "reason": reason[:1000], "field": field, "source_topic": msg.topic, "source_partition": msg.partition,
-            "source_offset": msg.offset, "failed_at_ms": now, "original_key": msg.key, "original": msg.value,
-        }
-        return Output("dead_letters", msg.key or b"", record)
+        record = dead_letter_record(reason, field, msg.topic, msg.partition, msg.offset, now, msg.key, msg.value)
+        return Output("dead_letters", bounded(msg.key, MAX_ORIGINAL_KEY_BYTES) or b"", record)
 
     # -- per tick -----------------------------------------------------------------------------
 
@@ -740,6 +771,11 @@ class EventProcessor:
         if self.store.stale:
             self.recover()
         now = self._clock_ms()
+        if self.store.collisions > self._collisions_logged:
+            log.warning("%d distinct events shared an event ID with another event of their bucket and partition "
+                        "since the last report (%d in all): producers are minting colliding IDs; every one was "
+                        "counted", self.store.collisions - self._collisions_logged, self.store.collisions)
+            self._collisions_logged = self.store.collisions
         if fetch is not None:
             self.watermarks.hold_active((self._source_id(s) for s in self.behind(fetch, now)), now)
         outputs: list[Output] = []
@@ -782,7 +818,8 @@ class EventProcessor:
     def counts(self) -> ProcessorCounts:
         """Conservation counters since this processor started."""
         c = self.roller.counts()
-        return ProcessorCounts(c.received, c.on_time, c.late, c.too_old, c.dead_lettered, self._duplicates)
+        return ProcessorCounts(c.received, c.on_time, c.late, c.too_old, c.dead_lettered, self._duplicates,
+                               self.store.collisions)
 
     def open_buckets(self) -> int:
         """Buckets holding stage-1 state right now (bounded by the open window)."""
@@ -802,11 +839,18 @@ def _partition_of(key: str, value: Any) -> int | None:
     return int(value[0])
 
 
-def _id_hash(kind: IdKind, number: int) -> int:
-    """A 64-bit hash of an event ID's canonical value (UUIDs and Snowflakes never collide by kind)."""
-    if kind is IdKind.UUID7:
-        return xxh3_64_intdigest(number.to_bytes(16, "big"))
-    return xxh3_64_intdigest(number.to_bytes(8, "big"), seed=1)
+_LOW64 = (1 << 64) - 1
+
+
+def _identity_hash(kind: IdKind, number: int, key: str, ts: int, value: float | None) -> int:
+    """A 64-bit hash of an event's identity: its ID's canonical value, key, event time and value.
+
+    A resend of one event has the same identity and is folded once; two distinct
+    events that share an ID (a Snowflake collision) differ in key, time or value and
+    are both folded. The seed tells the ID kinds apart.
+    """
+    text = f"{number}|{ts}|{value!r}|{key}".encode("utf-8", "surrogatepass")
+    return xxh3_64_intdigest(text, seed=0 if kind is IdKind.UUID7 else 1)
 
 
 def _salt(raw: bytes | None) -> int | None:

@@ -92,6 +92,7 @@ def test_a_hostile_corpus_conserves_every_record_and_leaves_the_good_events_exac
     kinds = Counter[str]()
     records = 0
     late_copies = 0
+    late_kinds = Counter[str]()
     passed = Counter[str]()
     for i in range(3_600):
         clock[0] = T0 + i * 50  # three minutes of wall clock; events stamped near it
@@ -101,27 +102,32 @@ def test_a_hostile_corpus_conserves_every_record_and_leaves_the_good_events_exac
         if roll < 0.3:
             value, headers, kind = hostile(rng, good)
         elif roll < 0.4 and originals:
-            # The same event again (a producer's resend reaches the partition its key and time route to),
-            # even with another value: it must count once, with the first value.
-            kind = "copy"
+            # The same event again (a producer's resend reaches the partition its key and time route to):
+            # it must count once. The same ID with another value is another event (an ID collision,
+            # issue 26): it counts, as a new event of its own.
             original, copy_partition = rng.choice(originals)
-            good = {**original, "value": float(rng.randrange(-100, 100))}
+            if rng.random() < 0.5:
+                kind, good = "copy", dict(original)
+            else:
+                kind = "collision"
+                good = {**original, "value": original["value"] + 1000.0 * (i + 1)}  # never one seen before
             value, headers = orjson.dumps(good), dict(HEADERS)
         else:
             kind = "good"
             value, headers = orjson.dumps(good), dict(HEADERS)
         kinds[kind] += 1
-        partition = copy_partition if kind == "copy" else rng.randrange(4)
+        partition = copy_partition if kind in ("copy", "collision") else rng.randrange(4)
         out = processor.handle(InMessage("events", partition, offsets[partition], good["key"].encode(), value,
                                          headers))
         offsets[partition] += 1
         records += 1
         assert len(out) <= 1, (kind, out)  # at most one place besides the state
-        if not out and kind not in ("good", "copy"):
+        if not out and kind not in ("good", "copy", "collision"):
             passed[kind] += 1
-        if kind == "copy" and out:
+        if kind in ("copy", "collision") and out:
             assert out[0].role == "late_events"  # a copy after its bucket closed: late, for replay to dedup
             late_copies += 1
+            late_kinds[kind] += 1
         if kind not in ("copy",) and not out:  # folded: a good event, or a harmless or lucky hostile one
             folded = good if kind == "good" else orjson.loads(value)  # type: ignore[arg-type]
             originals.append((folded, partition))
@@ -152,7 +158,8 @@ def test_a_hostile_corpus_conserves_every_record_and_leaves_the_good_events_exac
     assert counts.received == records
     assert counts.received == counts.on_time + counts.late + counts.too_old + counts.dead_lettered
     assert (len(dead), len(late)) == (counts.dead_lettered, counts.late + counts.too_old)
-    assert counts.duplicates == kinds["copy"] - late_copies  # a copy in an open bucket folds nothing
+    assert counts.duplicates == kinds["copy"] - late_kinds["copy"]  # a copy in an open bucket folds nothing
+    assert counts.collisions == kinds["collision"] - late_kinds["collision"]  # each counted, as a new event
     assert counts.late + counts.too_old == late_copies  # fresh events are on time: only old copies are late
     # Harmless by design: an unknown content type falls back to the configured codec, and a missing
     # streams-salt header means "not split" (-1), as from a producer that is not ours.
@@ -160,9 +167,9 @@ def test_a_hostile_corpus_conserves_every_record_and_leaves_the_good_events_exac
     assert set(passed) <= {"unknown content type", "no salt", "flip"}, passed
     # Every hostile kind but the unknown content type (which falls back to the configured codec) is refused;
     # a flipped byte may leave a record valid, so those count as at most refused.
-    assert counts.dead_lettered <= kinds.total() - kinds["good"] - kinds["copy"] - harmless
+    assert counts.dead_lettered <= kinds.total() - kinds["good"] - kinds["copy"] - kinds["collision"] - harmless
     assert passed["flip"] < kinds["flip"] // 4
-    assert counts.dead_lettered >= kinds.total() - kinds["good"] - kinds["copy"] - harmless - kinds["flip"]
+    assert counts.dead_lettered >= kinds.total() - kinds["good"] - kinds["copy"] - kinds["collision"] - harmless - kinds["flip"]
     fields = Counter(o.record["field"] for o in dead)
     assert {"id", "key", "value", "ts_ms", "streams-salt", "payload"} <= set(fields), fields
     assert None not in fields, "every dead letter names the field (or 'payload') that made it one"

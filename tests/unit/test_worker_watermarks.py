@@ -288,3 +288,31 @@ def test_stage_2_refuses_a_partial_of_a_bucket_past_retention_rather_than_merge_
     old, fresh = {"bucket_start_ms": T0}, {"bucket_start_ms": T0 + 60_000}
     now = T0 + 60_000 + 600_000 + 1  # the first bucket ended 10 min + 1 ms ago
     assert merger.expired(old, now) and not merger.expired(fresh, now)
+
+
+def test_distinct_events_sharing_an_id_are_all_counted_as_collisions_and_a_resend_once() -> None:
+    """Issue 26: two producers with one Snowflake worker ID mint the same IDs; only identical resends fold once."""
+    clock = Clock(T0)
+    p = worker({}, clock, [0])
+    outputs: list[Output] = []
+    offset = 0
+    for i in range(40):  # two producers, same IDs, different events
+        clock.now = T0 + i * 100
+        shared_id = str(1_000_000 + i)
+        for producer in ("a", "b"):
+            outputs += p.handle(message(0, offset, payload(f"{producer}{i % 2}", clock.now, 1.0, shared_id),
+                                        f"{producer}{i % 2}"))
+            offset += 1
+    resend = payload("a0", T0, 1.0, str(1_000_000))  # the very first event, sent again
+    outputs += p.handle(message(0, offset, resend, "a0"))
+    offset += 1
+    counts = p.counts()
+    assert (counts.received, counts.on_time, counts.duplicates, counts.collisions) == (81, 81, 1, 40)
+    for j in range(2):  # past the bucket's close
+        clock.now = T0 + 70_000 + j
+        outputs += p.handle(message(0, offset + j, payload("end", clock.now, 0.0, str(UUIDv7Generator().next())),
+                                    "end"))
+    outputs += p.tick().outputs
+    got = merged(outputs)
+    label = TimeBuckets("1m").bucket_of(T0).label
+    assert {k: got[(label, k)] for k in ("a0", "a1", "b0", "b1")} == {"a0": 20, "a1": 20, "b0": 20, "b1": 20}
