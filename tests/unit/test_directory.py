@@ -235,6 +235,27 @@ def test_a_version_1_notice_still_decodes_as_its_consecutive_placement() -> None
     assert notice.placement == (10, 11, 0) and notice.home == 10
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"partitions": -1}, {"partitions": 0}, {"split_factor": 0}, {"split_factor": 13}, {"split_factor": -3},
+        {"partitions": 2, "split_factor": 3}, {"share": 1.5}, {"share": float("nan")},
+        {"estimated_rate": -1.0}, {"estimated_rate": float("inf")}, {"map_version": 0}, {"map_version": -5},
+        {"detected_at_ms": -1}, {"hot_since_ms": T0 + 1}, {"detector": ""}, {"key_display": "x" * 2000},
+        {"key": b""}, {"key": b"x" * 1025},
+    ],
+)
+def test_a_malformed_version_1_notice_is_rejected_on_its_own_fields_whatever_map_is_in_force(
+        change: dict[str, Any]) -> None:
+    """Issue 26: a v1 notice with partitions = -1 was accepted because the map's count stood in for its own."""
+    v1 = {name: value for name, value in a_notice().items() if name not in ("placement", "home")}
+    v1["split_factor"] = 2
+    v1.update(change)
+    raw = AvroCodec("hot_key_notice_v1").encode(v1)
+    with pytest.raises(HotKeyNoticeError):
+        decode_notice(raw, None, home=lambda key, n: 0, partitions=12)
+
+
 def test_a_notice_with_an_unknown_schema_header_is_rejected() -> None:
     raw = encode_notice(HotKeyNotice.from_record(a_notice()))
     with pytest.raises(HotKeyNoticeError, match="unknown schema"):

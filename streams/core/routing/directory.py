@@ -261,14 +261,16 @@ class HotKeyNotice:
         Version 1 meant sub-key ``i`` on partition ``(home + i) % n``; this returns
         that placement explicitly for ``n = partitions`` (the map in force; None: the
         count the notice names), with ``home(key, n)`` the key's hash partition there.
-        Raises HotKeyNoticeError for a malformed record.
+        Every field is validated on its own, the notice's ``partitions`` included even
+        when the map's count is used. Raises HotKeyNoticeError for a malformed record.
         """
         require_fields(record, _V1_FIELDS, "hot-key notice (version 1)", HotKeyNoticeError)
         key = record["key"]
         if key.__class__ is not bytes or not 1 <= len(key) <= MAX_KEY_BYTES:
             raise HotKeyNoticeError(f"hot-key notice field 'key' must be 1..{MAX_KEY_BYTES} bytes")
-        n = _int_field(record, "partitions", 1, _INT32_MAX) if partitions is None else partitions
-        k = _int_field(record, "split_factor", 1, n)
+        named = _int_field(record, "partitions", 1, _INT32_MAX)  # checked whatever map is in force
+        n = named if partitions is None else partitions
+        k = _int_field(record, "split_factor", 1, min(n, named))
         p0 = home(key, n)
         fields = {name: record[name] for name in _V1_FIELDS - {"split_factor", "partitions"}}
         return cls(placement=tuple((p0 + i) % n for i in range(k)), home=p0, partitions=n, **fields)
