@@ -137,3 +137,45 @@ def test_the_environment_variable_password_is_scrubbed_from_log_records(caplog: 
             log.exception("failed")
     assert "env-secret-7" not in caplog.text
     assert "authenticating with ***" in caplog.text and "rejected ***" in caplog.text
+
+
+# --- one vocabulary: names, sources, aliases ------------------------------------------------------
+
+
+def test_resolve_reports_the_source_of_every_value_and_later_sources_win(tmp_path: Path) -> None:
+    from streams.core.config import Source, resolve
+
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('[worker]\npartitions = 6\ngrace = "3s"\nbucket_width = "1h"\n')
+    resolved = resolve(WorkerSettings, toml_path=cfg, env={"STREAMS_BUCKET_WIDTH": "5m", "STREAMS_PARTITIONS": "8"},
+                       flags={"partitions": 4})
+    s = resolved.settings
+    assert (s.partitions, s.bucket_width, s.grace, s.retention) == (4, "5m", "3s", "1h")
+    assert resolved.sources["partitions"] == Source("flag", "--partitions")
+    assert resolved.sources["bucket_width"] == Source("env", "STREAMS_BUCKET_WIDTH")
+    assert resolved.sources["grace"] == Source("file", f"{cfg} [worker]")
+    assert resolved.sources["retention"] == Source("default")
+
+
+def test_a_topic_setting_has_one_name_and_the_old_spellings_still_work(tmp_path: Path) -> None:
+    import warnings
+
+    from streams.core.config import TopicNames, env_var, flag, resolve, setting_name
+
+    assert (setting_name(TopicNames, "late_events"), env_var("late_events_topic"), flag("late_events_topic")) == (
+        "late_events_topic", "STREAMS_LATE_EVENTS_TOPIC", "--late-events-topic")
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('[topics]\nevents = "old.events"\nhot_keys = "old.hot"\nhot_keys_topic = "new.hot"\n')
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        resolved = resolve(TopicNames, toml_path=cfg, env={"STREAMS_PARTIALS": "old.partials",
+                                                           "STREAMS_SKETCHES": "old.sk", "STREAMS_SKETCHES_TOPIC": "new.sk"})
+    names = resolved.settings
+    assert (names.events, names.hot_keys, names.partials, names.sketches) == (
+        "old.events", "new.hot", "old.partials", "new.sk")
+    assert resolved.sources["sketches"].detail == "STREAMS_SKETCHES_TOPIC"
+    assert {str(w.message) for w in seen} >= {"[topics] events is deprecated: use [topics] events_topic",
+                                              "STREAMS_PARTIALS is deprecated: use STREAMS_PARTIALS_TOPIC"}
+    with pytest.raises(ConfigError, match="has no setting 'evnets_topic'"):
+        cfg.write_text('[topics]\nevnets_topic = "x"\n')
+        resolve(TopicNames, toml_path=cfg, env={})
