@@ -1,7 +1,11 @@
-"""``streams simulate``: route a key distribution (or a file of real keys) offline and report.
+"""``streams simulate``: run the fleet's balancing offline, or route one window of keys, and report.
 
-The work is :func:`streams.core.simulate.simulate`, which runs the worker's own
-decider on exact counts; this module parses flags and prints.
+By default the work is :func:`streams.core.fleet.simulate_fleet`: the fleet's own
+pipeline (per-worker sketches, sized summaries, merge, the worker's decider loop)
+window after window. ``--single-window`` (implied by ``--events``, ``--keys-file`` and
+``--plot``) is :func:`streams.core.simulate.simulate`: one window of exact counts,
+decider rounds until it is done, and key movement on growth. This module parses
+flags and prints.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from streams.cli import (
     print_json,
     print_table,
 )
+from streams.core.config import WorkerSettings
 from streams.core.errors import ConfigError, StreamsError
+from streams.core.fleet import FleetReport, simulate_fleet
 from streams.core.hotkeys.decider import BalancePolicy
 from streams.core.routing.placement import HASHES, PLACEMENTS
 from streams.core.simulate import (
@@ -30,21 +36,35 @@ from streams.core.simulate import (
 
 NAME = "simulate"
 _SHOWN_PARTITIONS = 64
+_WORKER = WorkerSettings()  # the worker's defaults: the fleet mode paces itself like the worker
 
 _EPILOG = """\
 examples:
+  streams simulate --partitions 12 --rate 800
+  streams simulate --keys 1000000 --partitions 1000 --workers 50 --rate 1000000 --windows 9
+  streams simulate --keys 10000 --partitions 48 --workers 4 --rate 20000 --rotate-s 120 --windows 60
   streams simulate --distribution zipf --keys 1000 --events 100000 --partitions 12
-  streams simulate --distribution tenants --keys 5000 --elephants 2 --elephant-share 0.4 --placement jump --hash xxh3
   streams simulate --keys-file tenants.txt --partitions 24 --json
   streams simulate --keys-file events.csv --csv-column user_id --plot loads.png
 
-Every event gets the ID i (its position), which picks its salt when its key is
-split. The whole run counts as one window of --window-s seconds, so a key's rate
-is its count / window. The decider is the worker's own (the same code and the
-same defaults as the worker settings balance_*): when max/mean of the partition
-loads is above --balance-target it moves or splits the fewest heavy keys that
-bring every partition under --balance-aim x mean, round after round until it has
-nothing more to do.
+By default the fleet runs as it does live: --rate events/s drawn from the
+distribution (Poisson counts), partition p read by worker p % --workers, each
+worker's sliding sketch and the summary it publishes, the worker's decider loop
+merging them, its directory changes routing the next events; per window it
+prints the measured max/mean (what the decider saw), the true one (the key
+weights under the directory in force, free of counting noise) and the changes.
+--exact hands the decider the exact counts of each window instead of summaries.
+
+--single-window (implied by --events, --keys-file and --plot) routes a fixed set
+of keys instead: every event gets the ID i (its position), which picks its salt
+when its key is split; the whole run counts as one window of --window-s seconds;
+the decider runs round after round on those exact counts until it has nothing
+more to do; and the report adds key movement when the partition count grows.
+
+The decider is the worker's own (the same code and the same defaults as the
+worker settings balance_*): it acts when a partition's load is above
+--balance-target x mean by more than its counting noise explains, and moves or
+splits the fewest heavy keys that bring such partitions under --balance-aim x mean.
 """
 
 #: BalancePolicy field -> the flag that sets it (and its worker setting, in the help).
@@ -68,16 +88,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     keys = parser.add_argument_group("real keys (instead of --distribution)")
     keys.add_argument("--keys-file", metavar="FILE", help="one key per line (blank lines skipped), or a CSV file")
     keys.add_argument("--csv-column", metavar="NAME", help="read FILE as CSV with a header and take this column")
-    parser.add_argument("--events", type=positive_int, default=100_000, metavar="N",
-                        help="events to draw from the distribution (default: 100000; with --keys-file, "
-                             "every line is one event)")
+    parser.add_argument("--events", type=positive_int, metavar="N",
+                        help="single window: events to draw from the distribution (default: 100000; with "
+                             "--keys-file, every line is one event)")
+    fleet = parser.add_argument_group("the fleet (the default mode)")
+    fleet.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                       help="worker instances, partition p read by worker p %% N (default: 1)")
+    fleet.add_argument("--windows", type=positive_int, default=9, metavar="N", help="windows to run (default: 9)")
+    fleet.add_argument("--rate", type=float, default=800.0, metavar="R", help="events/s in all (default: 800)")
+    fleet.add_argument("--rotate-s", type=float, metavar="S",
+                       help="the hot set rotates every S seconds: other keys take the heavy ranks")
+    fleet.add_argument("--exact", action="store_true",
+                       help="the decider reads each window's exact counts instead of the workers' summaries")
+    fleet.add_argument("--seed-traffic", type=int, default=0, metavar="N",
+                       help="seed of the Poisson draws of the traffic (default: 0)")
+    parser.add_argument("--single-window", action="store_true",
+                        help="route one window of --events keys (or --keys-file) with exact counts, and report "
+                             "growth movement")
     routing = parser.add_argument_group("routing")
     routing.add_argument("--partitions", type=positive_int, default=12, metavar="N", help="partition count (default: 12)")
     routing.add_argument("--placement", choices=PLACEMENTS, default="mod", help="placement (default: mod)")
     routing.add_argument("--hash", choices=HASHES, default="murmur2", help="hash (default: murmur2)")
     balance = parser.add_argument_group("the decider (the worker settings balance_*; defaults are theirs)")
-    balance.add_argument("--window-s", type=non_negative_float, default=10.0, metavar="S",
-                         help="the run counts as one window of S seconds (default: 10)")
+    balance.add_argument("--window-s", type=non_negative_float, default=_WORKER.hot_window_s, metavar="S",
+                         help="the sketch window, as the worker setting hot_window_s; in --single-window the "
+                              f"run counts as one window of S seconds (default: {_WORKER.hot_window_s:g})")
     defaults = BalancePolicy(partitions=1)
     balance.add_argument("--balance-target", type=float, metavar="X",
                          help=f"act when max/mean of partition loads is above X (default: {defaults.balance_target:g})")
@@ -150,13 +185,15 @@ def run(args: argparse.Namespace) -> int:
         raise StreamsError("--csv-column needs --keys-file")
     if args.plot:
         _require_matplotlib()
+    if not (args.single_window or args.events or args.keys_file or args.plot):
+        return _run_fleet(args)
     if args.keys_file:
         key_file = read_keys(args.keys_file, args.csv_column)
         keys: list[str] | tuple[str, ...] = key_file.keys
         source = key_file.source + (f" ({key_file.skipped} blank skipped)" if key_file.skipped else "")
     else:
         workload = workload_from(args)
-        keys, source = generate_keys(workload, args.events), workload.describe()
+        keys, source = generate_keys(workload, args.events or 100_000), workload.describe()
     policy = policy_from(args, args.partitions)
     report = simulate(keys, partitions=args.partitions, placement=args.placement, hash=args.hash,
                       window_s=args.window_s, policy=policy, source=source)
@@ -167,6 +204,43 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_report(report)
     return 0
+
+
+def _run_fleet(args: argparse.Namespace) -> int:
+    """The default mode: the fleet's pipeline window after window (see the module docstring)."""
+    if args.window_s <= 0:
+        raise ConfigError("--window-s must be > 0")
+    report = simulate_fleet(workload_from(args), partitions=args.partitions, workers=args.workers,
+                            windows=args.windows, rate=args.rate, window_s=args.window_s,
+                            policy=policy_from(args, args.partitions), placement=args.placement, hash=args.hash,
+                            capacity=_WORKER.sketch_capacity, min_window_events=_WORKER.hot_min_window_events,
+                            rotate_s=args.rotate_s, exact=args.exact, seed=args.seed_traffic)
+    if args.json:
+        print_json(report.to_record())
+    else:
+        _print_fleet(report)
+    return 0
+
+
+def _print_fleet(r: FleetReport) -> None:
+    policy = r.policy
+    print_fields("fleet simulation", [
+        ("keys", f"{r.source} ({r.distinct_keys:,} occurred)"),
+        ("fleet", f"{r.partitions} partitions, {r.workers} worker(s), {r.rate:,.0f} events/s, "
+                  f"windows of {r.window_s:g} s"),
+        ("decider reads", "exact counts" if r.exact else "the workers' summaries, merged"),
+        ("decider", "off" if not policy.enabled else
+         f"act above max/mean {policy.balance_target:g} beyond counting noise, aim at {policy.balance_aim:g}"),
+        ("hash only", f"true max/mean {r.hash_only:.3f}"),
+    ])
+    print_table("windows", ["window", "measured max/mean", "true max/mean", "changes", "placed", "retired",
+                            "directory keys", "keys touched", "summary items", "summary bytes"],
+                [(w.index, "-" if w.measured is None else f"{w.measured:.3f}", f"{w.true:.3f}", w.changes,
+                  w.placed, w.retired, w.directory, w.touched, w.summary_items, w.summary_bytes)
+                 for w in r.windows],
+                note=f"keys touched: {r.touched} ({r.touched_fraction:.3%} of distinct keys); true max/mean "
+                     + (f"<= {policy.balance_target:g} from window {r.settled_by(policy.balance_target)} on"
+                        if r.settled_by(policy.balance_target) else f"above {policy.balance_target:g} at the end"))
 
 
 def _print_report(r: SimulationReport) -> None:

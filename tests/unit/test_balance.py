@@ -198,13 +198,25 @@ def test_a_view_missing_a_partition_or_a_disabled_policy_decides_nothing() -> No
     assert off.decide(unbalanced(), 0.0) == []
 
 
-def test_a_placed_key_whose_home_has_room_for_hold_s_is_retired() -> None:
+def test_a_placed_key_that_went_quiet_and_whose_home_has_room_for_hold_s_is_retired() -> None:
     policy = BalancePolicy(partitions=4, hold_s=10.0, settle_s=1.0)
     decider = BalanceDecider(policy, home={"m": 0}.__getitem__)
     decider.restore({"m": (2,)}, now_s=0.0)
-    # Load evened out by itself: "m" (20/s) now fits at home beyond counting noise, and the loads are balanced.
+    busy = {0: 1000.0, 1: 1000.0, 2: 1100.0, 3: 1000.0}
+    assert decider.decide(view(busy, {"m": 100.0}, 0.5), 0.5) == []  # measured once: its rate as placed
+    # Its traffic moved on: "m" (20/s) now fits at home beyond counting noise, and the loads are balanced.
     calm = {0: 1000.0, 1: 1000.0, 2: 1020.0, 3: 1000.0}
     assert decider.decide(view(calm, {"m": 20.0}, 1.0), 1.0) == []  # room, but not for hold_s yet
     decisions = decider.decide(view(calm, {"m": 20.0}, 12.0), 12.0)
     assert [(d.key, d.kind, d.partitions) for d in decisions] == [("m", "retired", (0,))]
     assert decider.directory == {}
+
+
+def test_a_steady_placed_key_stays_placed_even_when_its_home_has_room() -> None:
+    policy = BalancePolicy(partitions=4, hold_s=10.0, settle_s=1.0)
+    decider = BalanceDecider(policy, home={"m": 0}.__getitem__)
+    decider.restore({"m": (2,)}, now_s=0.0)
+    calm = {0: 1000.0, 1: 1000.0, 2: 1020.0, 3: 1000.0}
+    for now_s in (1.0, 12.0, 30.0, 60.0):  # same rate as when placed: moving it back would only cost its order
+        assert decider.decide(view(calm, {"m": 20.0}, now_s), now_s) == []
+    assert decider.directory == {"m": (2,)}

@@ -50,6 +50,11 @@ class BalanceLoop:
         view = merge_summaries(self._summaries.values(), now_s=now_s, max_age_s=self.max_age_s)
         for stale in set(self._summaries) - set(view.instances):
             del self._summaries[stale]
+        return self.consider(view, now_s)
+
+    def consider(self, view: MergedView, now_s: float) -> Round:
+        """Measure ``view`` and decide at ``now_s`` (``streams simulate --exact`` hands in exact
+        counts here instead of summaries). Raises InvalidArgumentError if ``now_s`` is not finite."""
         rates = view.partition_rates
         n = self.decider.policy.partitions
         measured = max_over_mean([rates[p] for p in range(n)]) if all(p in rates for p in range(n)) else None

@@ -38,10 +38,11 @@ The decider does not ask "is this key hot?" but "is the load even?":
 4. **Publish only what helps.** A plan whose predicted hot excess (load minus
    ``z × sd`` over the target) is not lower than the measured one is dropped. A key
    changed less than ``hold_s`` ago keeps its placement unless it no longer fits (a
-   key that grows gets more pieces at once); a directory key whose home has room for
-   it beyond noise (home load plus its rate plus ``z × sd`` under the aim) for
-   ``hold_s`` is **retired** (back to the hash): a key whose traffic moved on goes home
-   within about one window, a key that merely looks light for a window stays.
+   key that grows gets more pieces at once); a directory key whose traffic moved on
+   (its rate at most half what it was when placed) and whose home has room for it
+   beyond noise (home load plus its rate plus ``z × sd`` under the aim) for ``hold_s``
+   is **retired** (back to the hash): a key that went quiet goes home within about
+   ``hold_s``, a steady key stays where it was put.
 
 ``allow_moves=False`` keeps Kafka's placement for every key that is not split (pieces
 of a split key still go to explicitly chosen light partitions); ``enabled=False``
@@ -67,6 +68,10 @@ __all__ = ["BalancePolicy", "BalanceDecider", "Decision", "KeyLoad", "Plan", "no
 #: Partitions a key is placed on: ``(p,)`` moves it whole, ``(p1, ..., pk)`` splits it.
 Partitions = tuple[int, ...]
 
+# Once triggered, keys leave a partition whose load is above the aim by more than one
+# standard deviation of its count: the trigger's z (3 to 4.5) guards against acting at
+# all, this one only keeps a triggered round off partitions that are merely noisy.
+_EVICT_Z = 1.0
 _IMPROVEMENT = 0.98  # a plan must lower the predicted peak by at least 2 % (more than a window's noise) to be published
 
 
@@ -320,6 +325,7 @@ class _Entry:
     since_s: float
     changed_s: float
     roomy_since_s: float | None = None
+    placed_rate: float | None = None  # its rate when last placed (None: restored, not measured yet)
 
 
 @dataclass
@@ -335,6 +341,8 @@ class BalanceDecider:
     home: Callable[[str], int]
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _settled_at_s: float = -math.inf
+    _changed_at_s: float = -math.inf
+    _unfinished: bool = False
     last_plan: Plan | None = None
     _evidence: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # (span_s, counts) per window
     _evidence_at_s: float = -math.inf
@@ -370,7 +378,8 @@ class BalanceDecider:
 
         Nothing is decided when the policy is disabled, the view misses a partition's
         rate (an instance has not reported yet: planning on a partial view would pile
-        keys onto the silent partitions), the last change has not settled, or no
+        keys onto the silent partitions), the last change has not settled (``settle_s``
+        has not passed, or a merged window began before it), or no
         partition is above the target by more than counting noise explains, in this
         window or in the unchanged windows before it (see the module docstring).
         Raises InvalidArgumentError if ``now_s`` is not finite.
@@ -381,6 +390,8 @@ class BalanceDecider:
         n = policy.partitions
         if not policy.enabled or now_s < self._settled_at_s:
             return []
+        if view.window_start_s is not None and view.window_start_s < self._changed_at_s - 1e-6:
+            return []  # some instance's window still holds traffic routed before the last change
         rates = view.partition_rates
         if any(p not in rates for p in range(n)) or view.total_rate <= 0:
             return []
@@ -388,7 +399,8 @@ class BalanceDecider:
         span_s = view.total / view.total_rate if view.total > 0 else max(view.window_s, 1e-9)
         self._gather(current, span_s, view.window_s, now_s)
         loads, span_s = current, span_s
-        hot = self.hot_partitions(current, span_s, policy.balance_target)
+        # Hysteresis: a plan cut short by max_changes goes on at the aim in the next round.
+        hot = self.hot_partitions(current, span_s, policy.balance_aim if self._unfinished else policy.balance_target)
         if not hot and len(self._evidence) > 1:  # a small imbalance shows after a few windows
             loads, span_s = self._evidence_loads()
             hot = self.hot_partitions(loads, span_s, policy.balance_target)
@@ -400,8 +412,11 @@ class BalanceDecider:
         z = noise_z(n, policy.confidence)
         for key, entry in self._entries.items():
             k = by_key[key]
+            if entry.placed_rate is None:
+                entry.placed_rate = k.rate
             together = loads[k.home] + k.rate  # its home with it back, plus the noise of that count
-            if together + z * math.sqrt(max(together * span_s, 1.0)) / span_s <= cap:
+            faded = k.rate <= entry.placed_rate / 2  # its traffic moved on (a steady key stays put: no churn)
+            if faded and together + z * math.sqrt(max(together * span_s, 1.0)) / span_s <= cap:
                 entry.roomy_since_s = now_s if entry.roomy_since_s is None else entry.roomy_since_s
             else:
                 entry.roomy_since_s = None
@@ -418,8 +433,10 @@ class BalanceDecider:
             entry = self._entries.get(key)
             return entry is not None and now_s - entry.changed_s < policy.hold_s
 
+        slack = [m * _EVICT_Z / noise_z(n, policy.confidence) for m in margin]
         plan = plan_placements(policy, loads, keys if not balanced else [k for k in keys if retiring(k.key)],
-                               self.directory, retire=retiring, held=held, slack=margin)
+                               self.directory, retire=retiring, held=held, slack=slack)
+        self._unfinished = len(plan.changed) >= policy.max_changes
         if not plan.changed:
             return []
         if not balanced:
@@ -440,9 +457,10 @@ class BalanceDecider:
             entry = self._entries.get(key)
             if entry is None:
                 entry = self._entries[key] = _Entry(target, now_s, now_s)
-            entry.partitions, entry.changed_s, entry.roomy_since_s = target, now_s, None
+            entry.partitions, entry.changed_s, entry.roomy_since_s, entry.placed_rate = target, now_s, None, k.rate
             out.append(Decision(key, target, k.rate, share, k.home, entry.since_s, "placed"))
         self._settled_at_s = now_s + policy.settle_s
+        self._changed_at_s = now_s
         self._evidence.clear()  # the loads change now: earlier windows no longer describe them
         return out
 
@@ -466,7 +484,8 @@ class BalanceDecider:
                     cap: float) -> list[KeyLoad]:
         """The heaviest keys above ``min_rate`` (at most ``max_keys``), every reported key that
         goes to a partition over ``cap`` beyond noise (at 1,000 partitions the global top
-        misses the keys that explain a mid-weight partition's excess), and every directory key."""
+        misses the keys that explain a mid-weight partition's excess), and every directory key
+        (one no instance listed at the bound of the partitions it goes to)."""
         policy = self.policy
         heavy = sorted(((rate, key) for key, rate in view.rates.items() if rate >= policy.min_rate), reverse=True)
         chosen = {key: rate for rate, key in heavy[:policy.max_keys]}
@@ -477,6 +496,8 @@ class BalanceDecider:
                 parts = entry.partitions if entry is not None else (self.home(key),)
                 if not over.isdisjoint(parts):
                     chosen[key] = rate
-        for key in self._entries:
-            chosen.setdefault(key, view.rates.get(key, 0.0))
+        floors = view.partition_floors
+        for key, entry in self._entries.items():
+            if key not in chosen:  # unlisted: at most the floor of each partition it goes to
+                chosen[key] = view.rates.get(key, sum(floors.get(p, 0.0) for p in entry.partitions))
         return [KeyLoad(key, rate, self.home(key)) for key, rate in chosen.items()]

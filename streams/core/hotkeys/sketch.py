@@ -206,6 +206,17 @@ class SlidingSketch:
         """
         self.add_many(pairs, now_s)  # type: ignore[arg-type]  # tuples and str share the pending dict
 
+    def add_counts(self, counts: Mapping[tuple[int, str], int], now_s: float) -> None:
+        """Count ``counts[(partition, key)]`` events per pair, all at time ``now_s`` (what
+        :meth:`add_pairs` counts from a batch of events, already added up)."""
+        if not now_s < self._edge:
+            self._advance(now_s)
+        pending, capacity = self._pending, self.capacity
+        for pair, count in counts.items():
+            pending[pair] = pending.get(pair, 0) + count  # type: ignore[call-overload]
+            if len(pending) >= capacity:
+                self._flush()
+
     def add_many(self, keys: Iterable[str], now_s: float) -> None:
         """Count one event per key in ``keys``, all at time ``now_s``; see :meth:`add`."""
         if not now_s < self._edge:
@@ -251,7 +262,10 @@ class SlidingSketch:
                     partition_counts[partition] = partition_counts.get(partition, 0) + count
         total = merged.total_weight
         max_error = merged.get_upper_bound("") - merged.get_lower_bound("")  # the sketch's offset
-        rows = merged.get_frequent_items(_NO_FALSE_NEGATIVES, 0)  # (item, estimate, lower, upper), heaviest first
+        owned = len(partition_counts) or 1
+        floor = max(1, math.ceil(min_share * sum(partition_counts.values()) / owned))
+        # (item, estimate, lower, upper), heaviest first; with per_partition, only rows that can reach the floor
+        rows = merged.get_frequent_items(_NO_FALSE_NEGATIVES, 0 if per_partition is None else floor - 1)
         per_key: dict[str, int] = {}
         if per_partition is None:
             for item, _, _, upper in rows:
@@ -259,8 +273,6 @@ class SlidingSketch:
                 per_key[key] = per_key.get(key, 0) + upper
             unreported = max_error
         else:
-            owned = len(partition_counts) or 1
-            floor = max(1, math.ceil(min_share * sum(partition_counts.values()) / owned))
             taken: dict[str, int] = {}
             unreported = max(max_error, floor - 1)
             for item, _, _, upper in rows:
@@ -493,7 +505,11 @@ class MergedView:
     A key not in ``rates`` has a rate of at most ``unreported_rate``. ``window_s`` is the largest window among the merged
     summaries (they may differ; rates make them comparable). ``partition_rates`` adds
     up the instances' partition counts (instances consume disjoint partitions), one
-    rate per partition some instance reported.
+    rate per partition some instance reported. ``window_start_s`` is when the oldest
+    merged window began (``at_s - span_s``, least over the summaries; None when unknown):
+    traffic before it is in no count of the view. ``partition_floors[p]`` is the
+    unreported rate of the instance that reported partition p: a key it did not list
+    had at most that rate there.
     """
 
     instances: tuple[str, ...]
@@ -504,6 +520,8 @@ class MergedView:
     unreported_rate: float
     at_s: float
     partition_rates: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
+    window_start_s: float | None = None
+    partition_floors: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def rate(self, key: str) -> float:
         """The rate of ``key``: ``rates[key]``, else the bound ``unreported_rate``."""
@@ -550,4 +568,7 @@ def merge_summaries(summaries: Iterable[SketchSummary], *, now_s: float | None =
         unreported_rate=unreported_rate,
         at_s=max((s.at_s for s in latest.values()), default=0.0),
         partition_rates=MappingProxyType(partition_rates),
+        window_start_s=min((s.at_s - s.span_s for s in latest.values()), default=None),
+        partition_floors=MappingProxyType({p: s.unreported_bound / s.span_s for s in latest.values()
+                                           for p, _ in s.partition_counts}),
     )
