@@ -1,9 +1,21 @@
 #!/usr/bin/env python3
-"""Balance under skew: the load-aware directory against the plain hash, default settings.
+"""Balance under skew: the live pipeline settling at scale, and one window of exact counts.
 
     .venv/bin/python bench/bench_balance.py [--quick]
 
-Every row runs :func:`streams.core.simulate.simulate` (what ``streams simulate``
+**The fleet** (first table): every row runs :func:`streams.core.fleet.simulate_fleet`,
+what ``streams simulate`` runs by default: per-worker sliding sketches fed their own
+partitions' events, the summaries a worker publishes (sized per owned partition),
+the worker's decider loop merging them, nine windows of the worker's default 5 s, a
+stationary Zipf(1.1) stream of Poisson counts, default settings. "true" is the
+max/mean of the key weights under the directory in force at each window's end (free
+of counting noise); "changes" the directory changes per window. Goals (issue 27):
+true max/mean <= 1.10 within 6 windows, no change in the last 3 of 9 windows, keys
+touched <= 0.5 % of the distinct keys. The exact row feeds the same decider the
+exact counts of each window instead of summaries; the rotating row moves the hot set
+every 20 s (four windows) and shows the directory following it and sending keys home.
+
+**One window** (second table): every row runs :func:`streams.core.simulate.simulate` (what ``streams simulate``
 runs: the worker's own decider, fed exact counts) with **default settings** (mod +
 murmur2, ``BalancePolicy`` defaults) and prints, side by side from the same keys,
 the partition max/mean under the hash alone and with the directory the decider
@@ -28,8 +40,9 @@ import sys
 import time
 import uuid
 
+from streams.core.fleet import FleetReport, simulate_fleet
 from streams.core.hotkeys.decider import BalancePolicy
-from streams.core.simulate import SimulationReport, simulate
+from streams.core.simulate import SimulationReport, Workload, simulate
 
 # Goals from the balancer's issue: (max/mean at most, share of distinct keys touched at most).
 GOALS = {("zipf 1.1", 12): (1.05, 0.001), ("zipf 1.1", 48): (1.10, 0.005), ("tenants", 12): (1.10, 1.0),
@@ -77,16 +90,59 @@ def row(name: str, partitions: int, report: SimulationReport, splits_only: Simul
             f"{verdict} |")
 
 
+#: (name, keys, partitions, workers, events/s, windows, exact, rotate_s, judged against the goals)
+FLEET_ROWS = [
+    ("live-like", 1_000, 12, 1, 800.0, 9, False, None, False),
+    ("stationary", 1_000_000, 256, 16, 200_000.0, 9, False, None, True),
+    ("stationary", 1_000_000, 1_000, 50, 1_000_000.0, 9, False, None, True),
+    ("stationary, exact counts", 1_000_000, 1_000, 50, 1_000_000.0, 9, True, None, False),
+    ("hot set rotating every 20 s", 10_000, 48, 4, 20_000.0, 12, False, 20.0, False),
+]
+
+
+def fleet_row(name: str, report: FleetReport, judged: bool) -> str:
+    true = " ".join(f"{w.true:.2f}" for w in report.windows)
+    changes = " ".join(str(w.changes) for w in report.windows)
+    verdict = ""
+    if judged:
+        settled = report.settled_by(1.10)
+        quiet = all(w.changes == 0 for w in report.windows[-3:])
+        misses = [what for what, ok in (("<= 1.10 within 6 windows", settled is not None and settled <= 6),
+                                        ("no change in the last 3", quiet),
+                                        ("<= 0.5 % keys touched", report.touched_fraction <= 0.005)) if not ok]
+        verdict = "ok" if not misses else "MISSED: " + ", ".join(misses)
+    largest = max(report.windows, key=lambda w: w.summary_bytes)
+    return (f"| {name} | {report.partitions:,} / {report.workers} | {report.rate:,.0f} | {report.hash_only:.2f} | "
+            f"{true} | {changes} | {report.touched:,} ({report.touched_fraction:.3%} of {report.distinct_keys:,}) | "
+            f"{largest.summary_items:,} items, {largest.summary_bytes / 1000:.1f} KB | {verdict} |")
+
+
+def fleet_table(quick: bool) -> None:
+    print("### the fleet: sketches, summaries, merge, decider, window after window (default settings)\n")
+    print("| stream | partitions / workers | events/s | true max/mean, hash only | true max/mean per window | "
+          "changes per window | keys touched | largest summary | goal |")
+    print("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | --- |")
+    for name, keys, partitions, workers, rate, windows, exact, rotate_s, judged in FLEET_ROWS:
+        if quick and partitions >= 1_000:
+            continue
+        report = simulate_fleet(Workload("zipf", keys=keys, zipf_exponent=1.1, seed=1), partitions=partitions,
+                                workers=workers, rate=rate, windows=windows, exact=exact, rotate_s=rotate_s)
+        print(fleet_row(f"{name}, zipf 1.1 over {keys:,} keys", report, judged), flush=True)
+    print()
+
+
 def main() -> int:
-    """Print the table; ``--quick`` uses a quarter of the events."""
+    """Print the tables; ``--quick`` skips the 1,000-partition rows and uses a quarter of the events."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="50,000 events per workload instead of 200,000")
+    parser.add_argument("--quick", action="store_true",
+                        help="no 1,000-partition fleet rows; 50,000 events per one-window workload instead of 200,000")
     args = parser.parse_args()
     events = 50_000 if args.quick else 200_000
     started = time.perf_counter()
+    fleet_table(args.quick)
     workloads = [(f"zipf {s:g}", lambda s=s: zipf_workload(s, events, seed=7)) for s in (0.8, 1.1, 1.4)]
     workloads += [("uniform", lambda: uniform_workload(events, seed=7)), ("tenants", lambda: tenants_workload(events, 7))]
-    print(f"### balance with default settings (mod + murmur2), {events:,} events per workload\n")
+    print(f"### one window of exact counts, default settings (mod + murmur2), {events:,} events per workload\n")
     print("| workload | partitions | distinct keys | max/mean, hash only | max/mean, with directory | "
           "keys placed (moved / split) | of distinct keys | splits only: max/mean (keys) | goal |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")

@@ -41,8 +41,10 @@ The decider does not ask "is this key hot?" but "is the load even?":
    key that grows gets more pieces at once); a directory key whose traffic moved on
    (its rate at most half what it was when placed) and whose home has room for it
    beyond noise (home load plus its rate plus ``z × sd`` under the aim) for ``hold_s``
-   is **retired** (back to the hash): a key that went quiet goes home within about
-   ``hold_s``, a steady key stays where it was put.
+   is **retired** (back to the hash); so is a faded key lighter than a tenth of the
+   tolerated excess (``(balance_target - 1) / 10 × mean``), wherever its home stands:
+   a key that went quiet goes home within about ``hold_s``, a steady key stays where
+   it was put.
 
 ``allow_moves=False`` keeps Kafka's placement for every key that is not split (pieces
 of a split key still go to explicitly chosen light partitions); ``enabled=False``
@@ -72,6 +74,7 @@ Partitions = tuple[int, ...]
 # standard deviation of its count: the trigger's z (3 to 4.5) guards against acting at
 # all, this one only keeps a triggered round off partitions that are merely noisy.
 _EVICT_Z = 1.0
+_NEGLIGIBLE = 0.1  # a key under a tenth of the tolerated excess (the summaries' floor) is noise to any partition
 _IMPROVEMENT = 0.98  # a plan must lower the predicted peak by at least 2 % (more than a window's noise) to be published
 
 
@@ -189,6 +192,7 @@ def plan_placements(
     retire: Callable[[str], bool] = lambda key: False,
     held: Callable[[str], bool] = lambda key: False,
     slack: Sequence[float] = (),
+    negligible: float = 0.0,
 ) -> Plan:
     """Re-place the fewest of ``keys`` that bring every partition under ``balance_aim × mean``.
 
@@ -210,7 +214,9 @@ def plan_placements(
 
     ``slack[p]`` (default 0) is how far partition p's measured load may be above the
     cap before keys are evicted from it, down to the cap (the decider passes ``z × sd``,
-    the counting noise: a partition whose excess is noise keeps its keys). At most ``max_changes``
+    the counting noise: a partition whose excess is noise keeps its keys). A retiring
+    key at or under ``negligible`` (events/s) goes home even where it does not fit: it
+    cannot unbalance anything. At most ``max_changes``
     keys are evicted. Directory keys not in ``keys`` keep their entries. Pure; the
     returned :class:`Plan` predicts the loads after it.
     """
@@ -256,7 +262,7 @@ def plan_placements(
     changed: list[str] = []
     for k in sorted(evicted.values(), key=lambda k: (-k.rate, k.key)):
         home, current = (k.home,), where[k.key]
-        if retire(k.key) and fits(home, k.rate):
+        if retire(k.key) and (fits(home, k.rate) or k.rate <= negligible):
             target = home
         elif fits(current, k.rate):
             target = current
@@ -410,16 +416,25 @@ class BalanceDecider:
         keys = self._candidates(view, loads, margin, cap)
         by_key = {k.key: k for k in keys}
         z = noise_z(n, policy.confidence)
+        negligible = _NEGLIGIBLE * (policy.balance_target - 1) * mean  # too light to unbalance any partition
         for key, entry in self._entries.items():
             k = by_key[key]
             if entry.placed_rate is None:
                 entry.placed_rate = k.rate
             together = loads[k.home] + k.rate  # its home with it back, plus the noise of that count
-            faded = k.rate <= entry.placed_rate / 2  # its traffic moved on (a steady key stays put: no churn)
-            if faded and together + z * math.sqrt(max(together * span_s, 1.0)) / span_s <= cap:
+            # Its traffic moved on (a steady key stays put: no churn); no instance listing it means it is
+            # under the summaries' floor on every partition it goes to: too light to matter anywhere.
+            quiet = key not in view.rates
+            if quiet:
+                by_key[key] = k = k._replace(rate=min(k.rate, negligible))
+            faded = quiet or k.rate <= entry.placed_rate / 2
+            noise = z * math.sqrt(max(together * span_s, 1.0)) / span_s
+            if faded and (quiet or k.rate <= negligible or together + noise <= cap):
                 entry.roomy_since_s = now_s if entry.roomy_since_s is None else entry.roomy_since_s
             else:
                 entry.roomy_since_s = None
+
+        keys = list(by_key.values())
 
         def retiring(key: str) -> bool:
             entry = self._entries.get(key)
@@ -435,7 +450,7 @@ class BalanceDecider:
 
         slack = [m * _EVICT_Z / noise_z(n, policy.confidence) for m in margin]
         plan = plan_placements(policy, loads, keys if not balanced else [k for k in keys if retiring(k.key)],
-                               self.directory, retire=retiring, held=held, slack=slack)
+                               self.directory, retire=retiring, held=held, slack=slack, negligible=negligible)
         self._unfinished = len(plan.changed) >= policy.max_changes
         if not plan.changed:
             return []
