@@ -13,6 +13,7 @@ every setting with where its value came from (flag, env, file, default).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import shutil
@@ -44,6 +45,7 @@ from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.kafka.admin import TopicNotFoundError, topic_partitions
 
 NAME = "worker"
+_WORKER_FIELDS = frozenset(f.name for f in dataclasses.fields(WorkerSettings))
 APP = "streams.app"
 LOGLEVELS = ("crit", "error", "warn", "info", "debug")
 _DURATIONS = ("allowed_delay", "idle_timeout", "retention")
@@ -77,8 +79,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         epilog=_EPILOG, formatter_class=HelpFormatter)
     add_kafka_arguments(parser)
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (sets $STREAMS_CONFIG)")
-    parser.add_argument("--instance", metavar="NAME",
-                        help="this worker's name in hot-key sketches ($STREAMS_INSTANCE; default: host-pid-random)")
+    if "instance" not in _WORKER_FIELDS:  # a setting once WorkerSettings has it: its flag comes from there
+        parser.add_argument("--instance", metavar="NAME",
+                            help="this worker's name in hot-key sketches ($STREAMS_INSTANCE; default: host-pid-random)")
     parser.add_argument("--tick", type=duration_s, metavar="DURATION",
                         help="how often buckets are closed and sketches published, e.g. 250ms "
                              "($STREAMS_TICK_S in seconds; default: 250ms)")
@@ -145,7 +148,7 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
         env[env_var("bootstrap_servers")] = args.bootstrap_server
     if args.config:
         env["STREAMS_CONFIG"] = args.config
-    if args.instance:
+    if getattr(args, "instance", None):
         env["STREAMS_INSTANCE"] = args.instance
     if args.tick is not None:
         env["STREAMS_TICK_S"] = f"{args.tick:g}"

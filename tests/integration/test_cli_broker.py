@@ -296,6 +296,38 @@ def test_produce_follows_the_key_directory_by_default_and_says_once_when_told_no
     assert {m.partition() for m in landed if m.key() == key.encode()} == {home}
 
 
+def wait_until_visible(bootstrap: str, *topics: str, deadline_s: float = 30) -> None:
+    """Wait until the broker's metadata lists ``topics`` with partitions (a new topic takes a moment)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    end = time.monotonic() + deadline_s
+    missing = set(topics)
+    while missing and time.monotonic() < end:
+        listed = admin.list_topics(timeout=10).topics
+        missing = {t for t in missing if t not in listed or listed[t].error is not None or not listed[t].partitions}
+    assert not missing, f"topics not in the metadata after {deadline_s} s: {sorted(missing)}"
+
+
+def test_produce_follows_the_routing_maps_only_when_they_route_its_topic(
+        kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
+    from streams.core.routing.router import RoutingMap
+    from streams.kafka.maps import publish_map
+
+    fleet_events, load_test = make_topic("maps-events", 3), make_topic("maps-load-test", 3)
+    maps = make_topic("maps", 1, {"cleanup.policy": "compact"})
+    client = {"bootstrap.servers": kafka_bootstrap}
+    wait_until_visible(kafka_bootstrap, fleet_events, load_test, maps)
+    publish_map(client, maps, RoutingMap(version=1, partitions=3, topic=fleet_events), bucket_width_ms=60_000)
+    common = ["--bootstrap-server", kafka_bootstrap, "--routing-maps-topic", maps, "--count", "100", "--json"]
+
+    ours = streams("produce", "--events-topic", fleet_events, *common)
+    assert ok_json(ours)["following"]["routing_maps_topic"] == maps and "note" not in ours.stderr
+    other = streams("produce", "--events-topic", load_test, *common)
+    assert ok_json(other)["following"]["routing_maps_topic"] is None
+    assert f"streams: note: not following the routing maps on '{maps}': they route '{fleet_events}', not " \
+           f"'{load_test}'" in other.stderr
+    assert len(consume_all(kafka_bootstrap, load_test, 100)) == 100
+
+
 def test_produce_during_a_broker_outage_reports_progress_and_a_summary_that_adds_up(fresh_kafka: Any) -> None:
     bootstrap = fresh_kafka.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})

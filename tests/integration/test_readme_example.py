@@ -52,6 +52,7 @@ def test_the_readme_example_works_on_a_cluster_with_no_topics(fresh_kafka: Any, 
                          env=user_env(bootstrap), cwd=tmp_path)
     assert ran.returncode == 0, (ran.stdout, ran.stderr)
     assert "streams.events" in ran.stdout and "delivered" in ran.stdout
+    assert "following  streams.hot-keys, streams.routing-maps" in ran.stdout  # the fleet's, by default
 
     code = python.replace(README_ADDRESS, bootstrap)
     sent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
