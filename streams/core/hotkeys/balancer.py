@@ -41,6 +41,7 @@ class BalanceLoop:
         self.decider = decider
         self.max_age_s = 3 * window_s + 1
         self.min_window_events = min_window_events
+        self.min_span_s = window_s * 0.8 * (1 - 1e-9)  # four of the sketch's five slices
         self._summaries: dict[str, SketchSummary] = {}
 
     def offer(self, summary: SketchSummary, now_s: float) -> Round:
@@ -60,4 +61,6 @@ class BalanceLoop:
         measured = max_over_mean([rates[p] for p in range(n)]) if all(p in rates for p in range(n)) else None
         if view.total < self.min_window_events:
             return Round(view, measured, ())  # too few events in the window for rates to mean anything yet
+        if view.total / view.total_rate < self.min_span_s:
+            return Round(view, measured, ())  # a young sketch: a first plan on one slice would be noise-bound
         return Round(view, measured, tuple(self.decider.decide(view, now_s)))
