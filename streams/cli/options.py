@@ -105,7 +105,8 @@ def add_setting_flags(group: argparse._ActionsContainer, cls: type, fields: Iter
     Each flag's help names its variable and default; ``helps`` adds what a setting
     means; ``extra_names`` adds more spellings of a flag (kept for old scripts).
     Booleans use :class:`BoolAction`; ints and floats are parsed by argparse (range
-    checks stay with the settings class); CHOICES settings list their words.
+    checks stay with the settings class); CHOICES settings list their words. A flag
+    the command already defines is left to it.
     """
     hints, defaults = get_type_hints(cls), cls()
     names = [f.name for f in dataclasses.fields(cls)] if fields is None else list(fields)
@@ -116,6 +117,8 @@ def add_setting_flags(group: argparse._ActionsContainer, cls: type, fields: Iter
         default = getattr(defaults, field)
         text = f"{(helps or {}).get(field, '')} (${env_var(name)}; default: {default})".strip()
         options = [flag(name), *(extra_names or {}).get(field, ())]
+        if any(option in group._option_string_actions for option in options):
+            continue  # the command defines this flag itself (its own spelling wins, never a clash)
         dest = setting_dest(cls, field)
         if hint is bool:
             group.add_argument(*options, dest=dest, action=BoolAction, negatives=NEGATIVE_ALIASES.get(field, ()),
