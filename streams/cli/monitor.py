@@ -199,6 +199,9 @@ def _summary(s: Snapshot) -> list[tuple[str, object]]:
         ("malformed notices", s.malformed),
         ("events topic", events),
         ("events/s", s.total_rate),
+        ("max/mean of partition rates", None if s.balance is None else f"{s.balance:.2f}"),
+        ("directory changes/min", None if s.directory_changes_per_min is None
+         else f"{s.directory_changes_per_min:.1f}"),
         ("group", s.group),
         ("lag", s.total_lag),
         *maps,

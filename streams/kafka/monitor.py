@@ -171,7 +171,9 @@ class Snapshot:
     the next one scheduled (None when the routing-maps topic holds none).
     ``bucket_topics``: for a per-bucket events template, the bucket topics that exist,
     oldest bucket first (``partitions`` is then empty and ``events_found`` says
-    whether any exists).
+    whether any exists). ``directory_changes_per_min``: hot-keys records (placements
+    and tombstones: directory changes) per minute since the previous snapshot (None on
+    the first).
     """
 
     taken_at_ms: int
@@ -190,6 +192,17 @@ class Snapshot:
     map_in_force: RoutingMap | None = None
     next_map: RoutingMap | None = None
     bucket_topics: tuple[BucketTopicStat, ...] = ()
+    directory_changes_per_min: float | None = None
+
+    @property
+    def balance(self) -> float | None:
+        """max/mean of the events partitions' rates since the previous snapshot (None without one or
+        without traffic): what the directory keeps even, as the broker counts it."""
+        rates = [s.rate for s in self.partitions]
+        if not rates or None in rates:
+            return None
+        total = sum(r for r in rates if r is not None)
+        return max(r for r in rates if r is not None) * len(rates) / total if total > 0 else None
 
     @property
     def total_rate(self) -> float | None:
@@ -218,6 +231,7 @@ class Snapshot:
             "events": {
                 "topic": self.events_topic, "found": self.events_found, "group": self.group,
                 "elapsed_s": self.elapsed_s, "total_rate": self.total_rate, "total_lag": self.total_lag,
+                "balance": self.balance, "directory_changes_per_min": self.directory_changes_per_min,
                 "partitions": [{"partition": s.partition, "end_offset": s.end_offset, "rate": s.rate,
                                 "committed": s.committed, "lag": s.lag} for s in self.partitions],
             },
@@ -263,6 +277,7 @@ class Monitor:
         self._fold = NoticeFold()
         self._positions: dict[int, int] = {}  # hot-keys partition -> next offset to fold
         self._previous: tuple[float, dict[int, int]] | None = None
+        self._records_before = 0  # hot-keys records folded by the previous snapshot
 
     def __enter__(self) -> Monitor:
         return self
@@ -300,13 +315,16 @@ class Monitor:
         in_force, next_map = in_force_and_next(self._history(_partitions(topics, self.routing_maps_topic)),
                                                taken_at_ms)
         previous, elapsed = (None, None) if self._previous is None else (self._previous[1], now - self._previous[0])
+        changes = (None if elapsed is None or elapsed <= 0
+                   else (self._fold.records - self._records_before) * 60 / elapsed)
         self._previous = (now, ends)
+        self._records_before = self._fold.records
         bucket_topics = self._bucket_topics(topics)
         return Snapshot(taken_at_ms, self.hot_keys_topic, hot_parts is not None, self._fold.current(),
                         self._fold.records, self._fold.tombstones, self._fold.malformed,
                         self.events_topic, event_parts is not None or bool(bucket_topics), self.group,
                         partition_stats(ends, committed, previous, elapsed), elapsed,
-                        self.routing_maps_topic, in_force, next_map, bucket_topics)
+                        self.routing_maps_topic, in_force, next_map, bucket_topics, changes)
 
     def _bucket_topics(self, topics: Mapping[str, Any]) -> tuple[BucketTopicStat, ...]:
         """The existing bucket topics of a per-bucket events template (() for a plain topic or without ``buckets``)."""

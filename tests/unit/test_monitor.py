@@ -94,3 +94,17 @@ def test_a_version_1_notice_without_a_schema_header_reads_as_its_consecutive_pla
     assert [n.placement for n in fold.current()] == [tuple((p0 + i) % 8 for i in range(3))]
     fold.apply(b"t", v1, [("streams-schema", b"something/else")])
     assert fold.malformed == 1
+
+
+def test_a_snapshot_shows_the_partition_balance_and_directory_changes_per_minute() -> None:
+    snap = Snapshot(taken_at_ms=5, hot_keys_topic="h", hot_keys_found=True, hot_keys=(), notices_read=12,
+                    tombstones=0, malformed=0, events_topic="e", events_found=True, group="g",
+                    partitions=partition_stats({0: 10, 1: 30}, {}, {0: 0, 1: 10}, 1.0), elapsed_s=1.0,
+                    directory_changes_per_min=3.0)
+    assert snap.balance == 20.0 * 2 / 30.0  # rates 10 and 20 events/s
+    record = orjson.loads(orjson.dumps(snap.to_record()))
+    assert (record["events"]["balance"], record["events"]["directory_changes_per_min"]) == (snap.balance, 3.0)
+    first = Snapshot(taken_at_ms=5, hot_keys_topic="h", hot_keys_found=True, hot_keys=(), notices_read=0,
+                     tombstones=0, malformed=0, events_topic="e", events_found=True, group="g",
+                     partitions=partition_stats({0: 10}, {}, None, None), elapsed_s=None)
+    assert first.balance is None and first.directory_changes_per_min is None
