@@ -98,12 +98,13 @@ def setting_dest(cls: type, field: str) -> str:
 
 
 def add_setting_flags(group: argparse._ActionsContainer, cls: type, fields: Iterable[str] | None = None, *,
-                      helps: Mapping[str, str] | None = None, extra_names: Mapping[str, Sequence[str]] | None = None
-                      ) -> None:
+                      helps: Mapping[str, str] | None = None, extra_names: Mapping[str, Sequence[str]] | None = None,
+                      shown_defaults: Mapping[str, str] | None = None) -> None:
     """Add ``--<setting>`` for each of ``fields`` of settings ``cls`` (default: all but table-shaped ones) to ``group``.
 
     Each flag's help names its variable and default; ``helps`` adds what a setting
-    means; ``extra_names`` adds more spellings of a flag (kept for old scripts).
+    means; ``extra_names`` adds more spellings of a flag (kept for old scripts);
+    ``shown_defaults`` replaces the default the help shows (a command's own rule).
     Booleans use :class:`BoolAction`; ints and floats are parsed by argparse (range
     checks stay with the settings class); CHOICES settings list their words. A flag
     the command already defines is left to it.
@@ -114,7 +115,7 @@ def add_setting_flags(group: argparse._ActionsContainer, cls: type, fields: Iter
         hint, name = hints[field], setting_name(cls, field)
         if hint not in (bool, int, float, str):
             continue  # a table (client_properties): file or environment only
-        default = getattr(defaults, field)
+        default = (shown_defaults or {}).get(field, getattr(defaults, field))
         text = f"{(helps or {}).get(field, '')} (${env_var(name)}; default: {default})".strip()
         options = [flag(name), *(extra_names or {}).get(field, ())]
         if any(option in group._option_string_actions for option in options):

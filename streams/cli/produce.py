@@ -97,8 +97,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     target.add_argument("--create-topic", action="store_true",
                         help="create the topic with --partitions first if it does not exist")
     add_setting_flags(target, ProducerSettings, ["partitions", "placement", "hash", "bucket_width"], helps={
-        "partitions": "partition count of the routing map (default: the topic's; with --create-topic, the setting)",
-        "bucket_width": "time-bucket width, e.g. 1m, 5m, 1h"})
+        "partitions": "partition count of the routing map, checked against the topic's",
+        "bucket_width": "time-bucket width, e.g. 1m, 5m, 1h"}, shown_defaults={
+        "partitions": f"the topic's; with --create-topic, the setting, {ProducerSettings().partitions}"})
     add_workload_arguments(parser)
     amount = parser.add_argument_group("how much")
     which = amount.add_mutually_exclusive_group()

@@ -492,7 +492,8 @@ def resolve(cls: type, *, toml_path: str | Path | None = None, env: Mapping[str,
             if key in aliases:
                 _deprecated(f"[{section}] {key}", f"[{section}] {setting_name(cls, name)}")
             values[name] = _coerce(key, hints[name], table[key], f"{toml_path} [{section}]")
-            sources[name] = Source("file", f"{toml_path} [{section}]")
+            sources[name] = Source("file", f"{toml_path} [{section}]" + (
+                f" {key} (deprecated: use {setting_name(cls, name)})" if key in aliases else ""))
     for name in fields:
         if hints[name] is Mapping[str, str]:
             continue
@@ -501,7 +502,8 @@ def resolve(cls: type, *, toml_path: str | Path | None = None, env: Mapping[str,
                 if var != env_var(setting_name(cls, name)):
                     _deprecated(var, env_var(setting_name(cls, name)))
                 values[name] = _coerce(setting_name(cls, name), hints[name], env[var], f"${var}")
-                sources[name] = Source("env", var)
+                new = env_var(setting_name(cls, name))
+                sources[name] = Source("env", var if var == new else f"{var} (deprecated: use {new})")
     if cls is KafkaSettings:
         # STREAMS_KAFKA_SASL_PASSWORD=... becomes the librdkafka property sasl.password.
         props = dict(values.get("client_properties", {}))

@@ -329,7 +329,8 @@ def test_dry_run_says_where_each_setting_came_from(tmp_path: Path) -> None:
 def test_the_old_topic_variable_still_works_and_the_new_name_wins() -> None:
     topics = dry_run_settings(env={"STREAMS_EVENTS": "old.events", "STREAMS_LATE_EVENTS": "old.late",
                                    "STREAMS_LATE_EVENTS_TOPIC": "new.late"})["settings"]["topics"]
-    assert topics["events_topic"] == {"value": "old.events", "source": "env", "from": "STREAMS_EVENTS"}
+    assert topics["events_topic"] == {"value": "old.events", "source": "env",
+                                      "from": "STREAMS_EVENTS (deprecated: use STREAMS_EVENTS_TOPIC)"}
     assert topics["late_events_topic"] == {"value": "new.late", "source": "env", "from": "STREAMS_LATE_EVENTS_TOPIC"}
 
 
