@@ -407,6 +407,7 @@ class BalanceDecider:
         loads, span_s = current, span_s
         # Hysteresis: a plan cut short by max_changes goes on at the aim in the next round.
         hot = self.hot_partitions(current, span_s, policy.balance_aim if self._unfinished else policy.balance_target)
+        self._unfinished = False  # one round at the aim; a plan cut short again sets it again
         if not hot and len(self._evidence) > 1:  # a small imbalance shows after a few windows
             loads, span_s = self._evidence_loads()
             hot = self.hot_partitions(loads, span_s, policy.balance_target)
