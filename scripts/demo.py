@@ -33,7 +33,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from streams.core.aggregate import Stats
-from streams.core.config import TopicNames
+from streams.core.config import TopicNames, env_var, setting_name
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec
 from streams.core.simulate import Workload, iter_keys
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                    STREAMS_ALLOWED_DELAY="0s", STREAMS_IDLE_TIMEOUT="5s", STREAMS_RETENTION="1h",
                    STREAMS_PLACEMENT="jump", STREAMS_HASH="xxh3",  # the producers' map: the decider needs each key's home
                    STREAMS_HOT_WINDOW_S="4", STREAMS_HOT_MIN_WINDOW_EVENTS="1500", STREAMS_SESSION_TIMEOUT_S="6",
-                   **{f"STREAMS_{f.upper()}": getattr(names, f) for f in TopicNames.__dataclass_fields__})
+                   **{env_var(setting_name(TopicNames, f)): getattr(names, f) for f in TopicNames.__dataclass_fields__})
         log = Path(os.environ.get("TMPDIR", "/tmp")) / f"streams-demo-worker-{tag}.log"
         worker = subprocess.Popen([str(Path(sys.executable).parent / "faust"), "-A", "streams.app", "worker",
                                    "-l", "info", "--without-web"], env=env, stdout=log.open("wb"),
