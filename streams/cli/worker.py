@@ -78,7 +78,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     "partials exactly, and decides hot keys. Runs until Ctrl-C or SIGTERM.",
         epilog=_EPILOG, formatter_class=HelpFormatter)
     add_kafka_arguments(parser)
-    parser.add_argument("--config", metavar="FILE", help="TOML settings file (sets $STREAMS_CONFIG)")
     if "instance" not in _WORKER_FIELDS:  # a setting once WorkerSettings has it: its flag comes from there
         parser.add_argument("--instance", metavar="NAME",
                             help="this worker's name in hot-key sketches ($STREAMS_INSTANCE; default: host-pid-random)")
@@ -146,7 +145,7 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     env: dict[str, str] = {}
     if args.bootstrap_server:
         env[env_var("bootstrap_servers")] = args.bootstrap_server
-    if args.config:
+    if getattr(args, "config", None):  # main() has put it in os.environ too, which faust inherits
         env["STREAMS_CONFIG"] = args.config
     if getattr(args, "instance", None):
         env["STREAMS_INSTANCE"] = args.instance

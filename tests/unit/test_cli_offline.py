@@ -362,3 +362,15 @@ def test_inspect_id_takes_the_bucket_width_from_the_environment_and_the_config_f
     assert width("--bucket-width", "15m", env={"STREAMS_BUCKET_WIDTH": "5m"}) == "15m"
     top_level = streams("--config", str(config), "inspect-id", RFC_UUID7, "--json")
     assert orjson.loads(top_level.stdout)["bucket"]["width"] == "1h"
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_config_is_read_before_or_after_the_command(where: str, tmp_path: Path) -> None:
+    config = tmp_path / "streams.toml"
+    config.write_text('[worker]\ngrace = "7s"\n')
+    args = ["--config", str(config), "worker", "--dry-run", "--json"] if where == "before" else [
+        "worker", "--dry-run", "--json", "--config", str(config)]
+    result = streams(*args)
+    assert result.returncode == 0, result.stderr
+    assert orjson.loads(result.stdout)["settings"]["worker"]["grace"] == {
+        "value": "7s", "source": "file", "from": f"{config} [worker]"}
