@@ -215,7 +215,8 @@ def simulate_fleet(
                                             balance_target=policy.balance_target)
                     items = max(items, len(summary.items))
                     size = max(size, _json_size(summary.to_record()))
-                    rounds.append(loop.offer(summary, at_s))
+                    loop.add(summary)
+                rounds.append(loop.round(at_s))  # one round per tick, on every worker's fresh summary
             for outcome in rounds:
                 measured = outcome.measured if outcome.measured is not None else measured
                 for d in outcome.decisions:

@@ -143,8 +143,8 @@ def test_the_simulated_fleet_follows_a_rotating_hot_set_and_sends_retired_keys_h
     report = simulate_fleet(Workload("zipf", keys=10_000, zipf_exponent=1.1, seed=1), partitions=24, workers=3,
                             rate=20_000.0, windows=16, rotate_s=30.0)  # rotations at windows 7 and 13
     true = [w.true for w in report.windows]
-    assert true[6] > 1.5 and true[7] <= 1.10  # the shift, then placed within a window
-    assert true[12] > 1.5 and true[13] <= 1.10
+    assert true[6] > 1.3 and true[7] <= 1.10  # the shift (half placed at once), then placed within a window
+    assert true[12] > 1.3 and true[13] <= 1.10
     assert sum(w.retired for w in report.windows[7:12]) > 0  # the previous hot set went home
     assert report.windows[11].directory < report.windows[7].directory
 

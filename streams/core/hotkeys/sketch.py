@@ -29,16 +29,18 @@ the keys that carry at least ``min_share`` of an owned partition's mean load (at
 most ``per_partition`` of them), added up per key. One global top-N is dominated by
 the few keys of the busiest partitions and split keys; the decider needs, for each
 partition above its aim, the keys that explain *that* partition's excess, and keys
-lighter than a fraction of the distance between target and aim cannot change a
-partition's balance on their own (:func:`summary_size`). Cost at 1,000 partitions
-and 50 workers (20 partitions each, Zipf 1.1 over 10^6 keys, target 1.10): a key
-must carry 1 % of a partition's mean to be reported, which about 6 keys per
-partition do, so a summary holds ~120 items (~7 KB of JSON with 36-character UUID
-keys; never more than ``per_partition × owned`` nor MAX_SUMMARY_ITEMS = 4,096 items,
-< 300 KB even with 36-character keys), and the decider merges 50 of them per round.
-The sketch's error must stay under that floor: ``capacity`` >= owned partitions /
-``min_share`` (2,000 for 20 partitions at 1 %; the default 4,096 covers up to ~40
-owned partitions; beyond it the floor rises to the sketch's error).
+lighter than a tenth of the tolerated excess cannot change a partition's balance on
+their own (:func:`summary_size`). Cost at 1,000 partitions and 50 workers (20
+partitions each, Zipf 1.1 over 10^6 keys at 10^6 events/s, target 1.10): a key must
+carry 1 % of a partition's mean to be reported; measured by ``bench/bench_balance.py``,
+a summary holds 150-300 items, 5-10 KB of JSON (``key-N`` keys; ~1.7x that with
+36-character UUIDs), four times a second per worker, and the decider merges 50 of
+them per round. The bound: at most ``per_partition × owned`` items (110 × 20 = 2,200
+here) and never more than MAX_SUMMARY_ITEMS = 4,096 (~250 KB with UUID keys), so a
+summary always fits a default 1 MB Kafka record. The sketch's error must stay under
+that floor: ``capacity`` >= owned partitions / ``min_share`` (2,000 for 20 partitions
+at 1 %; the default 4,096 covers up to ~40 owned partitions; beyond it the floor
+rises to the sketch's error and light keys go unreported).
 """
 
 from __future__ import annotations
