@@ -154,3 +154,24 @@ def test_exact_counts_and_summaries_reach_the_same_balance() -> None:
     workload = Workload("zipf", keys=10_000, zipf_exponent=1.1, seed=2)
     summaries, exact = simulate_fleet(workload, **kwargs), simulate_fleet(workload, exact=True, **kwargs)
     assert summaries.windows[-1].true <= 1.10 and exact.windows[-1].true <= 1.10
+
+
+def test_the_decider_loop_waits_a_window_after_partitions_change_hands() -> None:
+    from streams.core.hotkeys.balancer import BalanceLoop
+    from streams.core.hotkeys.sketch import SketchSummary
+
+    def summary(instance: str, at_s: float, counts: dict[int, int]) -> SketchSummary:
+        return SketchSummary(instance=instance, window_s=WINDOW_S, span_s=WINDOW_S, total=sum(counts.values()),
+                             items=(("giant", counts.get(0, 0) // 2),), max_error=0, unreported_bound=0, at_s=at_s,
+                             partition_counts=tuple(sorted(counts.items())))
+
+    skewed = {0: 6000, 1: 1000, 2: 1000, 3: 1000}
+    loop = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
+                       WINDOW_S, 1000)
+    assert loop.offer(summary("a", 10.0, skewed), 10.0).decisions == ()  # first sight of "a"'s partitions
+    # "b" takes partitions 2 and 3 (a rebalance): a's window still counts them, b reads its backlog.
+    loop.add(summary("a", 14.0, {0: 6000, 1: 1000}))
+    assert loop.offer(summary("b", 14.0, {2: 1000, 3: 1000}), 14.0).decisions == ()
+    loop.add(summary("a", 19.5, {0: 6000, 1: 1000}))
+    decisions = loop.offer(summary("b", 19.5, {2: 1000, 3: 1000}), 19.5).decisions
+    assert [d.key for d in decisions] == ["giant"]

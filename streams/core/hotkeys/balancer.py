@@ -34,7 +34,9 @@ class BalanceLoop:
 
     ``window_s`` is the workers' sketch window (a summary older than ``3 × window_s + 1``
     seconds is an instance gone); ``min_window_events`` is how many events the merged
-    window must hold before the decider is asked; ``interval_s`` the least time between
+    window must hold before the decider is asked (nor is it asked before the windows
+    span four fifths of ``window_s``, nor within ``window_s`` of a summary showing an
+    instance's partitions changed); ``interval_s`` the least time between
     two rounds (the workers' summary tick: at 50 workers, four summaries each per second,
     merging on every one would cost a core; once per tick costs ~25 ms/s). Not thread-safe.
     """
@@ -50,9 +52,16 @@ class BalanceLoop:
         self._summaries: dict[str, SketchSummary] = {}
         self._last_round_s = -math.inf
         self._last: Round | None = None
+        self.window_s = window_s
+        self._owned: dict[str, frozenset[int]] = {}  # partitions each instance reported last
+        self._steady_at_s = -math.inf  # a window after the last change of any instance's partitions
 
     def add(self, summary: SketchSummary) -> None:
         """Keep ``summary`` as the latest of its instance, without a round."""
+        owned = frozenset(p for p, _ in summary.partition_counts)
+        if self._owned.get(summary.instance) != owned:  # a rebalance moved partitions: its window mixes owners
+            self._owned[summary.instance] = owned
+            self._steady_at_s = max(self._steady_at_s, summary.at_s + self.window_s)
         self._summaries[summary.instance] = summary
 
     def offer(self, summary: SketchSummary, now_s: float) -> Round:
@@ -82,6 +91,10 @@ class BalanceLoop:
         measured = max_over_mean([rates[p] for p in range(n)]) if all(p in rates for p in range(n)) else None
         if view.total < self.min_window_events:
             return Round(view, measured, ())  # too few events in the window for rates to mean anything yet
-        if view.total / view.total_rate < self.min_span_s:
+        if view.total_rate <= 0 or view.total / view.total_rate < self.min_span_s:
             return Round(view, measured, ())  # a young sketch: a first plan on one slice would be noise-bound
+        if now_s < self._steady_at_s:
+            # Partitions changed hands a window ago or less: the new owner reads its backlog (rates above
+            # the traffic), the old one's window still counts them. Neither is the load producers put there.
+            return Round(view, measured, ())
         return Round(view, measured, tuple(self.decider.decide(view, now_s)))
