@@ -803,8 +803,13 @@ class EventProcessor:
             }))
             labels.append(bucket.label)
         watermark = self.watermarks.floor_ms
+        backlog = 0  # records of owned partitions not read yet: the decider ignores a worker catching up
+        for source, state in (fetch or {}).items():
+            next_offset = self._next_offset(source, state) if source in self._sources else None
+            if next_offset is not None and state.highwater is not None:
+                backlog += max(0, state.highwater - next_offset)
         summary = self.sketch.report(now / 1000, instance=self.instance, partitions={p for _, p in self._sources},
-                                     balance_target=self.settings.balance_target)
+                                     balance_target=self.settings.balance_target, backlog=backlog)
         return TickResult(tuple(outputs), summary, tuple(labels), watermark)
 
     def _sid_of_slot(self) -> dict[int, int]:

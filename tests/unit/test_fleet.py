@@ -175,3 +175,22 @@ def test_the_decider_loop_waits_a_window_after_partitions_change_hands() -> None
     loop.add(summary("a", 19.5, {0: 6000, 1: 1000}))
     decisions = loop.offer(summary("b", 19.5, {2: 1000, 3: 1000}), 19.5).decisions
     assert [d.key for d in decisions] == ["giant"]
+
+
+def test_the_decider_loop_ignores_a_worker_catching_up_until_a_window_after() -> None:
+    from streams.core.hotkeys.balancer import BalanceLoop
+    from streams.core.hotkeys.sketch import SketchSummary
+
+    def summary(at_s: float, backlog: int) -> SketchSummary:
+        counts = {0: 6000, 1: 1000, 2: 1000, 3: 1000}
+        return SketchSummary(instance="a", window_s=WINDOW_S, span_s=WINDOW_S, total=9000, items=(("giant", 3000),),
+                             max_error=0, unreported_bound=0, at_s=at_s, partition_counts=tuple(counts.items()),
+                             backlog=backlog)
+
+    loop = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
+                       WINDOW_S, 1000)
+    assert loop.offer(summary(10.0, 0), 10.0).decisions == ()  # first sight of its partitions
+    assert loop.offer(summary(15.5, 5000), 15.5).decisions == ()  # more than a tenth of its window behind
+    assert loop.offer(summary(20.0, 0), 20.0).decisions == ()  # caught up, but its window holds the catch-up
+    assert [d.key for d in loop.offer(summary(20.6, 0), 20.6).decisions] == ["giant"]
+    assert SketchSummary.from_record(summary(1.0, 7).to_record()).backlog == 7

@@ -18,6 +18,10 @@ from streams.core.hotkeys.sketch import MergedView, SketchSummary, merge_summari
 
 __all__ = ["BalanceLoop", "Round"]
 
+# An instance more than a tenth of a window behind (half a second at 5 s; a healthy consumer is
+# one fetch, ~0.1 s, behind) reads faster than the traffic comes until it has caught up.
+_BACKLOG_SHARE = 0.1
+
 
 class Round(NamedTuple):
     """What one summary led to: the merged ``view``, the ``measured`` max/mean of its
@@ -36,7 +40,7 @@ class BalanceLoop:
     seconds is an instance gone); ``min_window_events`` is how many events the merged
     window must hold before the decider is asked (nor is it asked before the windows
     span four fifths of ``window_s``, nor within ``window_s`` of a summary showing an
-    instance's partitions changed); ``interval_s`` the least time between
+    instance's partitions changed or an instance more than a tenth of its window behind); ``interval_s`` the least time between
     two rounds (the workers' summary tick: at 50 workers, four summaries each per second,
     merging on every one would cost a core; once per tick costs ~25 ms/s). Not thread-safe.
     """
@@ -61,6 +65,8 @@ class BalanceLoop:
         owned = frozenset(p for p, _ in summary.partition_counts)
         if self._owned.get(summary.instance) != owned:  # a rebalance moved partitions: its window mixes owners
             self._owned[summary.instance] = owned
+            self._steady_at_s = max(self._steady_at_s, summary.at_s + self.window_s)
+        if summary.backlog > _BACKLOG_SHARE * summary.total:  # catching up: its counts are its backlog's
             self._steady_at_s = max(self._steady_at_s, summary.at_s + self.window_s)
         self._summaries[summary.instance] = summary
 

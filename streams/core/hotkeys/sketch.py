@@ -233,7 +233,7 @@ class SlidingSketch:
 
     def summary(self, now_s: float, top: int = 64, instance: str = "",
                 partitions: Iterable[int] = (), *, per_partition: int | None = None,
-                min_share: float = 0.0) -> SketchSummary:
+                min_share: float = 0.0, backlog: int = 0) -> SketchSummary:
         """The window ending at ``now_s``: its total, its heaviest keys, its partitions' counts.
 
         Without ``per_partition``, the ``top`` heaviest keys of the window (counts added
@@ -295,17 +295,18 @@ class SlidingSketch:
             instance=instance, window_s=self.window_s, span_s=span_s, total=total,
             items=tuple((key, min(count, total)) for key, count in ranked[:top]),
             max_error=min(max_error, total), unreported_bound=min(unreported, total), at_s=float(now_s),
-            partition_counts=tuple(sorted(partition_counts.items())),
+            partition_counts=tuple(sorted(partition_counts.items())), backlog=backlog,
         )
 
     def report(self, now_s: float, *, instance: str, partitions: Iterable[int],
-               balance_target: float) -> SketchSummary:
+               balance_target: float, backlog: int = 0) -> SketchSummary:
         """The summary a worker publishes: :meth:`summary` sized by :func:`summary_size` for the
-        partitions it owns and the decider's balance target. Raises as :meth:`summary`."""
+        partitions it owns and the decider's balance target; ``backlog`` the records of those
+        partitions not read yet. Raises as :meth:`summary`."""
         owned = sorted(partitions)
         size = summary_size(len(owned), balance_target)
         return self.summary(now_s, size.top, instance, owned, per_partition=size.per_partition,
-                            min_share=size.min_share)
+                            min_share=size.min_share, backlog=backlog)
 
     def _advance(self, now_s: float) -> None:
         if not math.isfinite(now_s):
@@ -364,7 +365,10 @@ class SketchSummary:
     not listed had at most ``unreported_bound`` events (>= ``max_error``). ``at_s``
     is when the summary was taken. ``partition_counts`` are (partition, events) pairs,
     exact, for the source partitions this instance consumed in the window (empty from
-    an older instance that did not report them).
+    an older instance that did not report them). ``backlog`` is how many records of
+    its partitions the instance had not read yet when it took the summary (0 from an
+    older instance): counts of a consumer catching up describe its backlog, not the
+    traffic.
 
     Construction validates every field like untrusted input and raises
     HotKeyNoticeError naming it: counts are ints in 0..total (bool is not an int),
@@ -381,6 +385,7 @@ class SketchSummary:
     unreported_bound: int
     at_s: float
     partition_counts: tuple[tuple[int, int], ...] = ()
+    backlog: int = 0
 
     def __post_init__(self) -> None:
         _text(self.instance, "instance", 0)
@@ -397,6 +402,7 @@ class SketchSummary:
             self.partition_counts, "partition_counts", MAX_SUMMARY_PARTITIONS, ("partition", "count"),
             lambda p, count: (_count(p, "partition_counts.partition", MAX_SUMMARY_PARTITIONS - 1),
                               _count(count, "partition_counts.count", _INT64_MAX)))
+        _count(self.backlog, "backlog", _INT64_MAX)
         for name, value in (("window_s", window_s), ("span_s", span_s), ("items", tuple(pairs)),
                             ("partition_counts", tuple(partition_pairs)),
                             ("at_s", _number(self.at_s, "at_s", math.inf))):
@@ -409,6 +415,7 @@ class SketchSummary:
             "items": [{"key": key, "count": count} for key, count in self.items],
             "max_error": self.max_error, "unreported_bound": self.unreported_bound, "at_s": self.at_s,
             "partition_counts": [{"partition": p, "count": c} for p, c in self.partition_counts],
+            "backlog": self.backlog,
         }
 
     @classmethod
@@ -445,11 +452,12 @@ class SketchSummary:
         fields = {name: record[name] for name in _REQUIRED_SUMMARY_FIELDS}
         fields["items"] = tuple(pairs)
         fields["partition_counts"] = tuple(partition_pairs)
+        fields["backlog"] = record.get("backlog", 0)
         return cls(**fields)
 
 
 _SUMMARY_FIELDS = frozenset(SketchSummary.__dataclass_fields__)
-_REQUIRED_SUMMARY_FIELDS = _SUMMARY_FIELDS - {"partition_counts"}
+_REQUIRED_SUMMARY_FIELDS = _SUMMARY_FIELDS - {"partition_counts", "backlog"}
 
 
 
