@@ -1,0 +1,93 @@
+"""A steady stream settles on the real broker: two workers, 24 partitions, few changes after the first, exact results."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from test_hot_keys import paced
+from test_worker_buckets import aggregates_by_slot, keys_covering_partitions, wait_for_topic
+from worker_harness import TopicReader, Worker, worker_env
+
+from streams.core.aggregate import Stats
+from streams.core.fleet import simulate_fleet
+from streams.core.hotkeys.decider import max_over_mean
+from streams.core.ids import UUIDv7Generator
+from streams.core.routing.router import Router, RoutingMap
+from streams.core.simulate import Workload, iter_keys
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.monitor import Monitor
+from streams.kafka.producer import RoutingProducer
+
+PARTITIONS = 24
+RATE = 2000  # events/s: two workers and the producer share this machine's cores with the broker
+SECONDS = 80.0
+WORKLOAD = Workload("zipf", keys=30_000, zipf_exponent=1.1, seed=5)
+SETTINGS = dict(partitions=PARTITIONS, bucket_width="1m", grace="0s", allowed_delay="0s", idle_timeout="10s",
+                retention="2h", session_timeout_s=6)
+
+
+def test_a_steady_zipf_stream_settles_over_two_workers_with_exact_aggregates(kafka_bootstrap: str,
+                                                                              tmp_path: Path) -> None:
+    env, names = worker_env(kafka_bootstrap, **SETTINGS)
+    workers = [Worker(dict(env, STREAMS_INSTANCE=name), names, tmp_path / f"worker-{name}.log") for name in "ab"]
+    for worker in workers:
+        worker.start()
+    try:
+        wait_for_topic(kafka_bootstrap, names.events)
+        router = Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=PARTITIONS, topic=names.events)])
+        producer = RoutingProducer(router, {"bootstrap.servers": kafka_bootstrap}, hot_keys_topic=names.hot_keys)
+        assert producer.follower.wait_until_current(30)
+        home = Router(TimeBuckets("1m"), [router.current])
+        oracle: dict[tuple[str, str], Stats] = defaultdict(Stats.empty)
+        by_second: dict[int, Counter] = defaultdict(Counter)
+        hash_only: Counter = Counter()
+        ids = UUIDv7Generator()
+        monitor = Monitor({"bootstrap.servers": kafka_bootstrap}, events_topic=names.events,
+                          hot_keys_topic=names.hot_keys, group=names.events, timeout_s=20)
+        early: int | None = None  # directory records published before the last 30 s
+        began = time.monotonic()
+        for i, key in enumerate(paced(iter_keys(WORKLOAD), RATE, SECONDS)):
+            decision = producer.send(key, float(i % 89), event_id=ids.next())
+            oracle[(decision.bucket_label, key)].add(float(i % 89))
+            second = int(time.monotonic() - began)
+            by_second[second][decision.partition] += 1
+            hash_only[home.route(key, 0).partition] += 1
+            if early is None and second >= SECONDS - 30:
+                early = monitor.snapshot().notices_read
+        assert producer.flush(30) == 0
+        total = monitor.snapshot().notices_read  # every record of the hot-keys topic up to its end now
+        monitor.close()
+        assert early is not None
+        last = Counter()
+        for second in range(int(SECONDS) - 30, int(SECONDS)):
+            last.update(by_second[second])
+        settled = max_over_mean([last[p] for p in range(PARTITIONS)])
+        unbalanced = max_over_mean([hash_only[p] for p in range(PARTITIONS)])
+        predicted = simulate_fleet(WORKLOAD, partitions=PARTITIONS, workers=2, rate=RATE, windows=int(SECONDS // 5))
+        print(f"\n[settle] {sum(sum(c.values()) for c in by_second.values()):,} events; directory changes: "
+              f"{total} in all, {total - early} in the last 30 s; max/mean over the last 30 s {settled:.3f} "
+              f"(hash alone {unbalanced:.3f}); the simulated fleet predicts true max/mean "
+              f"{predicted.windows[-1].true:.3f} and {sum(w.changes for w in predicted.windows)} changes")
+        assert unbalanced > 1.5, "the workload must be skewed for this test to mean anything"
+        # Poisson noise over 30 s at 2,000 events/s adds about 0.03 to the busiest of 24 partitions.
+        assert settled <= 1.12, settled
+        # A decider chasing noise changed the directory every window; a settled one changes a few keys once.
+        assert total - early <= 3, (early, total)
+
+        closer_ts = int(time.time() * 1000) + 120_000  # close the bucket(s): stage 2 then emits exact aggregates
+        for key in keys_covering_partitions(router, closer_ts):
+            producer.send(key, 0.0, ts_ms=closer_ts)
+        assert producer.close().failed == 0
+        aggregates = TopicReader(kafka_bootstrap, names.aggregates, "aggregate")
+        assert aggregates.until(lambda rs: all(aggregates_by_slot(rs).get(slot, {}).get("count") == s.count
+                                               for slot, s in oracle.items()), 180, workers[0]), workers[0].tail()
+        got = aggregates_by_slot(aggregates.records)
+        for slot, stats in oracle.items():
+            assert (got[slot]["count"], got[slot]["sum"], got[slot]["min"], got[slot]["max"]) == \
+                (stats.count, stats.sum, stats.min, stats.max)
+        aggregates.close()
+    finally:
+        for worker in workers:
+            worker.stop()
