@@ -6,7 +6,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test demo bench unit clean
+.PHONY: setup test demo bench unit docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -20,8 +20,11 @@ unit: setup
 demo: setup
 	$(PY) scripts/demo.py
 
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: setup
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build site *.egg-info

@@ -35,7 +35,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 stamp="$VENV/.streams-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$VENV/bin/pip" install -q -e ".[test,bench]"
+  "$VENV/bin/pip" install -q -e ".[test,bench,docs]"
   touch "$stamp"
 fi
 
