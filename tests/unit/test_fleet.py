@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import math
+import os
 import random
+import subprocess
+import sys
 
+import orjson
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from streams.cli import simulate as cli
+from streams.core.config import WorkerSettings
 from streams.core.fleet import simulate_fleet
+from streams.core.hotkeys.balancer import BalanceLoop
 from streams.core.hotkeys.decider import BalanceDecider, BalancePolicy, noise_z
-from streams.core.hotkeys.sketch import MergedView, SlidingSketch, merge_summaries, summary_size
+from streams.core.hotkeys.sketch import MergedView, SketchSummary, SlidingSketch, merge_summaries, summary_size
 from streams.core.simulate import Workload
 
 WINDOW_S = 5.0
@@ -157,9 +165,6 @@ def test_exact_counts_and_summaries_reach_the_same_balance() -> None:
 
 
 def test_the_decider_loop_waits_a_window_after_partitions_change_hands() -> None:
-    from streams.core.hotkeys.balancer import BalanceLoop
-    from streams.core.hotkeys.sketch import SketchSummary
-
     def summary(instance: str, at_s: float, counts: dict[int, int]) -> SketchSummary:
         return SketchSummary(instance=instance, window_s=WINDOW_S, span_s=WINDOW_S, total=sum(counts.values()),
                              items=(("giant", counts.get(0, 0) // 2),), max_error=0, unreported_bound=0, at_s=at_s,
@@ -178,9 +183,6 @@ def test_the_decider_loop_waits_a_window_after_partitions_change_hands() -> None
 
 
 def test_the_decider_loop_ignores_a_worker_catching_up_until_a_window_after() -> None:
-    from streams.core.hotkeys.balancer import BalanceLoop
-    from streams.core.hotkeys.sketch import SketchSummary
-
     def summary(at_s: float, backlog: int) -> SketchSummary:
         counts = {0: 6000, 1: 1000, 2: 1000, 3: 1000}
         return SketchSummary(instance="a", window_s=WINDOW_S, span_s=WINDOW_S, total=9000, items=(("giant", 3000),),
@@ -194,3 +196,27 @@ def test_the_decider_loop_ignores_a_worker_catching_up_until_a_window_after() ->
     assert loop.offer(summary(20.0, 0), 20.0).decisions == ()  # caught up, but its window holds the catch-up
     assert [d.key for d in loop.offer(summary(20.6, 0), 20.6).decisions] == ["giant"]
     assert SketchSummary.from_record(summary(1.0, 7).to_record()).backlog == 7
+
+
+# --- streams simulate ---------------------------------------------------------------------------------
+
+
+def test_streams_simulate_runs_the_fleet_by_default_and_prints_each_window_as_json() -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
+    result = subprocess.run([sys.executable, "-m", "streams.cli", "simulate", "--partitions", "12", "--workers", "2",
+                             "--rate", "5000", "--windows", "4", "--json"], capture_output=True, text=True,
+                            timeout=120, env=clean)
+    assert result.returncode == 0, result.stderr
+    report = orjson.loads(result.stdout)
+    assert (report["partitions"], report["workers"], report["exact"], len(report["windows"])) == (12, 2, False, 4)
+    assert report["window_s"] == 5.0  # the worker's default window (WorkerSettings.hot_window_s)
+    window = report["windows"][-1]
+    assert {"measured", "true", "changes", "placed", "retired", "summary_items", "summary_bytes"} <= window.keys()
+    assert window["true"] < report["hash_only"]
+
+
+def test_simulate_defaults_its_window_to_the_workers() -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["simulate"])
+    assert args.window_s == WorkerSettings().hot_window_s
