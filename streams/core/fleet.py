@@ -43,7 +43,7 @@ import orjson
 
 from streams.core.hotkeys.balancer import BalanceLoop
 from streams.core.hotkeys.decider import BalanceDecider, BalancePolicy, max_over_mean
-from streams.core.hotkeys.sketch import MergedView, SlidingSketch, summary_size
+from streams.core.hotkeys.sketch import MergedView, SlidingSketch
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
 from streams.core.simulate import Workload
