@@ -1,7 +1,7 @@
 """The generated pages of the docs site: the settings reference and the CLI reference.
 
 Used as an MkDocs hook (``hooks:`` in mkdocs.yml): :func:`on_files` adds the pages
-to the build, so they are made from the code on every ``make docs`` and never
+to the build (and :func:`on_page_content` drops the Sphinx roles of docstrings), so they are made from the code on every ``make docs`` and never
 committed. ``python scripts/docs_reference.py settings|cli`` prints one page.
 
 The settings page is built from the settings dataclasses in
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Iterator
 
@@ -201,6 +202,15 @@ def on_files(files, config):  # noqa: ANN001, ANN201 - MkDocs hook signature
     for path, make in PAGES.items():
         files.append(File.generated(config, path, content=make()))
     return files
+
+
+#: A Sphinx role left in rendered docstring text: ``:func:`name``` renders as ``:func:<code>name</code>``.
+_SPHINX_ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):<code>~?")
+
+
+def on_page_content(html, page, config, files):  # noqa: ANN001, ANN201 - MkDocs hook signature
+    """MkDocs hook: docstrings use Sphinx roles (``:func:`x```); show the name as code, without the role."""
+    return _SPHINX_ROLE.sub("<code>", html)
 
 
 def _main(argv: list[str]) -> Iterator[str]:
