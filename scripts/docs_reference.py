@@ -39,7 +39,7 @@ MEANINGS: dict[tuple[type, str], str] = {
     (KafkaSettings, "bootstrap_servers"): "The cluster's bootstrap servers, `host:port[,host:port...]`.",
     (KafkaSettings, "client_properties"): "librdkafka properties passed as they are (`security.protocol`, `sasl.*`, "
         "`ssl.*`, ...): a TOML table, `key=value` lines, or one `STREAMS_KAFKA_<PROPERTY>` variable each "
-        "(dots as underscores). Credentials are never printed. No flag.",
+        "(dots as underscores). Credentials are never printed.",
     (TopicNames, "events"): "The events topic, or a template with `{bucket}` (`events.{bucket}`) for a topic per bucket.",
     (TopicNames, "hot_keys"): "The compacted key directory: the decider's placements (moves and splits) that producers follow.",
     (TopicNames, "sketches"): "The one-partition topic the workers publish their load summaries on for the decider.",
@@ -138,27 +138,25 @@ def settings_page() -> str:
         "Boolean flags take `true/false`, `yes/no`, `1/0`, `on/off`, or `--no-<name>`.",
         "`streams worker --dry-run [--json]` prints every setting with its value and where it came from.",
         "",
-        "The *flag* column lists the commands that take the flag; a setting without one is",
-        "read from the file and the environment only.",
+        "Under each flag are the commands that take it; a setting without a flag is read from",
+        "the file and the environment only.",
         "",
     ]
     defaults_of = {cls: cls() for cls in SECTIONS}
     for cls, section in SECTIONS.items():
         doc = (cls.__doc__ or "").strip().split("\n", 1)[0]
         lines += [f"## `[{section}]`: {cls.__name__}", "", doc, "",
-                  "| setting | TOML | environment | flag | default | meaning |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+                  "| setting (TOML key) | environment and flag | default | meaning |",
+                  "| --- | --- | --- | --- |"]
         for f in dataclasses.fields(cls):
             name = setting_name(cls, f.name)
             option = flag(name)
             commands = [cmd for cmd, parser in parsers.items() if cmd and option in parser._option_string_actions]
-            flag_cell = f"`{option}` ({', '.join(commands)})" if commands else "—"
+            flag_cell = f"`{option}`<br><small>{', '.join(commands)}</small>" if commands else "no flag"
             default = getattr(defaults_of[cls], f.name)
-            default_cell = "`{}`" if default == {} else f"`{default!r}`" if isinstance(default, str) else f"`{default}`"
-            if default == "":
-                default_cell = '`""`'
-            lines.append(f"| <a id=\"{section}-{name}\"></a>**{name}** | `[{section}] {name}` | `{env_var(name)}` | "
-                         f"{_cell(flag_cell)} | {_cell(default_cell)} | {_cell(MEANINGS[(cls, f.name)])} |")
+            default_cell = '`""`' if default == "" else f"`{default}`"
+            lines.append(f"| <a id=\"{section}-{name}\"></a>**{name}**<br>`[{section}] {name}` | "
+                         f"`{env_var(name)}`<br>{flag_cell} | {_cell(default_cell)} | {_cell(MEANINGS[(cls, f.name)])} |")
         lines.append("")
     lines += ["Librdkafka properties: `STREAMS_KAFKA_<PROPERTY>`, dots as underscores "
               "(`STREAMS_KAFKA_SASL_PASSWORD` is `sasl.password`); see "

@@ -36,7 +36,7 @@ def test_the_settings_reference_names_every_setting_its_variable_and_flag() -> N
         for f in dataclasses.fields(cls):
             name = setting_name(cls, f.name)
             assert f"**{name}**" in page and f"`{env_var(name)}`" in page, name
-    assert f"`{flag('bucket_width')}` (" in page
+    assert f"`{flag('bucket_width')}`<br>" in page
 
 
 def test_the_cli_reference_holds_every_subcommands_help() -> None:
