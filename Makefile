@@ -21,7 +21,7 @@ demo: setup
 	$(PY) scripts/demo.py
 
 docs: setup
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: setup
 	$(PY) bench/run_all.py
