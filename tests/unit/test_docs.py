@@ -46,6 +46,13 @@ def test_the_cli_reference_holds_every_subcommands_help() -> None:
     assert "usage: streams worker" in page
 
 
+def test_every_file_the_docs_and_the_readme_name_exists() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        for path in re.findall(r"\b(?:tests|streams|bench|scripts)/[\w/.-]+\.py\b", page.read_text()):
+            assert (ROOT / path).exists(), f"{page.relative_to(ROOT)} names {path}, which does not exist"
+
+
 def test_the_readme_is_short_and_its_links_resolve() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 200
