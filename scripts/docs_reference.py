@@ -68,7 +68,7 @@ MEANINGS: dict[tuple[type, str], str] = {
     (WorkerSettings, "idle_timeout"): "A partition silent this long, and known to be caught up, stops holding buckets open.",
     (WorkerSettings, "watermark_agreement"): "How many records of a partition must reach an event time before its watermark moves there (2: one record with a bad clock cannot close buckets early).",
     (WorkerSettings, "dedup_ids"): "Count an event once per (bucket, source partition) while the bucket is open, by its identity (ID, key, time, value); a colliding ID with other content is counted, and counted as a collision.",
-    (WorkerSettings, "retention"): "How long state of ended buckets is kept; a partial or late event older than this is dead-lettered or too old.",
+    (WorkerSettings, "retention"): "How long after its end a bucket's late events are still *late* (replayable) rather than *too old*; stage 2 keeps merged buckets this long, and `replay late` skips older buckets.",
     (WorkerSettings, "serializer"): "Payload format of events: `json` or `avro`; must be the producers'.",
     (WorkerSettings, "placement"): "The producers' placement (names each key's hash home for the decider).",
     (WorkerSettings, "hash"): "The producers' hash.",
