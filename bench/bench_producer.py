@@ -1,33 +1,42 @@
 #!/usr/bin/env python3
-"""RoutingProducer throughput against a bare confluent-kafka Producer, same broker, same run.
+"""RoutingProducer per-event cost against a bare producer and a lean reference, same broker, same run.
 
     .venv/bin/python bench/bench_producer.py [--quick]
 
-Two workloads, 12 partitions, one local broker, rounds alternating between variants
-so drift on the shared machine hits every variant alike:
+Two workloads, 12 partitions, one local broker (``$KAFKA_BOOTSTRAP`` or one started
+here), rounds alternating between variants so drift on the shared machine hits every
+variant alike:
 
-* **recurring keys**: 200,000 events over ``tenant-<pareto>`` keys (a few thousand
-  distinct, heavily repeated: the router's memo hits);
 * **distinct keys**: 150,000 events, every key a distinct uuid4 string (high
-  cardinality: every event canonicalises and hashes its key).
+  cardinality: the case the goals are read on);
+* **recurring keys**: 200,000 events over ``tenant-<pareto>`` keys (a few thousand
+  distinct, heavily repeated).
 
-Baseline ("bare"): ``confluent_kafka.Producer`` with ``partitioner=murmur2_random``
-that orjson-encodes each event inside the timed loop - the same envelope dict as
-ours (id, id_kind, ts_ms, key, value, attributes) - and produces it with its key.
-Its IDs are made before the clock starts, so it pays only for encode + produce
-while ours also stamps a UUIDv7: the strict comparison, the one the goal is read
-against. "bare + uuid4" also makes each ID in the loop (``str(uuid.uuid4())``), as a
-team's own code must; its ratio is printed beside. Both warm up (connect, fetch
-metadata) before the clock starts, as ours does with its first send.
-Ours: the full per-event path, ``send()``: stamp + route + JSON + produce with
-headers and an explicit partition.
-Every variant flushes at the end and is timed to the last delivery.
-Goal: >= 0.8 of bare on both workloads.
+Rows, each timed twice: the produce loop alone (ns per event, the loop's end) and to
+the last delivery (events/s, after ``flush``):
+
+* **bare**: ``confluent_kafka.Producer`` with ``partitioner=murmur2_random``, the
+  same envelope dict as ours orjson-encoded in the loop, IDs made before the clock;
+* **bare + str(uuid4())**: the same, minting each ID in the loop, as a team's own code must;
+* **lean reference**: this project's job in plain Python, nothing more: a UUIDv7 from
+  uuid-utils, a directory lookup that misses (a dict ``get``), the key handed to
+  librdkafka's ``murmur2_random`` partitioner (Kafka's rule, the default placement:
+  ``produce()`` with no partition), two headers, orjson;
+* **RoutingProducer.send**: the full path, default arguments (returns its
+  RoutingDecision); ``send(want_decision=False)``; ``send_many``; and ``send`` under
+  ``jump``/``xxh3`` placement.
+
+Then, in the same process: a cold ``Router.route()`` (a fresh router, every key new)
+against one ``produce()`` call of the bare producer, ns per call.
+
+Goals (issue 29): send <= 1.3x the lean reference's cost and >= 1.0x the throughput of
+bare + str(uuid4()), on distinct keys; cold route() <= 1.0x produce().
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -35,11 +44,13 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
+from typing import Any
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import orjson  # noqa: E402
+import uuid_utils  # noqa: E402
 from common import broker  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
 
@@ -49,18 +60,33 @@ from streams.kafka.clients import new_admin, new_producer
 from streams.kafka.producer import DEFAULT_PRODUCER_CONFIG, RoutingProducer
 
 PARTITIONS = 12
-GOAL_RATIO = 0.8
+LEAN_GOAL = 1.3  # send's cost at most this times the lean reference's
+TYPICAL_GOAL = 1.0  # send's throughput at least this times bare + str(uuid4())'s
+ROUTE_GOAL = 1.0  # a cold route() at most this times one produce()
+
+Timing = tuple[float, float]  # (seconds to the loop's end, seconds to the last delivery)
 
 
-def bare_round(bootstrap: str, topic: str, keys: list[str], *, ids_in_loop: bool = False) -> float:
-    """Events/s of a bare producer; ``ids_in_loop``: each event's ID is ``str(uuid.uuid4())``, made in the loop."""
+def _bare_producer(bootstrap: str, topic: str) -> Any:
+    p = new_producer({"bootstrap.servers": bootstrap, **DEFAULT_PRODUCER_CONFIG, "partitioner": "murmur2_random"})
+    p.produce(topic, b"{}", b"warm-up")  # connect and fetch metadata before the clock starts, as ours does
+    assert p.flush(30) == 0
+    return p
+
+
+def _done(p: Any, began: float) -> Timing:
+    loop = time.perf_counter() - began
+    assert p.flush(60) == 0
+    return loop, time.perf_counter() - began
+
+
+def bare_round(bootstrap: str, topic: str, keys: list[str], *, ids_in_loop: bool = False) -> Timing:
+    """A bare producer; ``ids_in_loop``: each event's ID is ``str(uuid.uuid4())``, made in the loop."""
     ids = [str(uuid.uuid4()) for _ in keys]  # made before the clock starts, unless ids_in_loop
     new_id = uuid.uuid4
     ts_ms = int(time.time() * 1000)
-    p = new_producer({"bootstrap.servers": bootstrap, **DEFAULT_PRODUCER_CONFIG, "partitioner": "murmur2_random"})
+    p = _bare_producer(bootstrap, topic)
     produce, poll, dumps = p.produce, p.poll, orjson.dumps
-    produce(topic, b"{}", b"warm-up")  # connect and fetch metadata before the clock starts, as ours does
-    assert p.flush(30) == 0
     began = time.perf_counter()
     for i, (k, event_id) in enumerate(zip(keys, ids)):
         if ids_in_loop:
@@ -75,8 +101,34 @@ def bare_round(bootstrap: str, topic: str, keys: list[str], *, ids_in_loop: bool
                 poll(0.05)
         if not i & 0x3FF:
             poll(0)
-    assert p.flush(60) == 0
-    return len(keys) / (time.perf_counter() - began)
+    return _done(p, began)
+
+
+def lean_round(bootstrap: str, topic: str, keys: list[str]) -> Timing:
+    """This project's job in plain Python, nothing more (see the module docstring)."""
+    directory: dict[bytes, tuple[int, ...]] = {b"some-hot-key": (1, 2)}  # every lookup below misses
+    lookup = directory.get
+    headers = [("content-type", b"application/json"), ("streams-salt", b"-1")]
+    p = _bare_producer(bootstrap, topic)
+    produce, poll, dumps, uuid7 = p.produce, p.poll, orjson.dumps, uuid_utils.uuid7
+    began = time.perf_counter()
+    for i, k in enumerate(keys):
+        u = uuid7()
+        ts_ms = u.timestamp
+        kb = k.encode()
+        if lookup(kb) is not None:
+            raise AssertionError("the lean reference's directory never places a key")
+        payload = dumps({"id": str(u), "id_kind": "uuid7", "ts_ms": ts_ms, "key": k, "value": 1.0,
+                         "attributes": {}})
+        while True:
+            try:
+                produce(topic, payload, kb, timestamp=ts_ms, headers=headers)
+                break
+            except BufferError:
+                poll(0.05)
+        if not i & 0x3FF:
+            poll(0)
+    return _done(p, began)
 
 
 def _producer(bootstrap: str, topic: str, keys: list[str], placement: str, hash_name: str) -> RoutingProducer:
@@ -87,50 +139,100 @@ def _producer(bootstrap: str, topic: str, keys: list[str], placement: str, hash_
     return p
 
 
-def _finish(p: RoutingProducer, began: float, keys: list[str]) -> float:
+def _finish(p: RoutingProducer, began: float, keys: list[str]) -> Timing:
+    loop = time.perf_counter() - began
     stats = p.close(60)
     elapsed = time.perf_counter() - began
     assert stats.failed == 0 and stats.delivered == len(keys) + 1, stats
-    return len(keys) / elapsed
+    return loop, elapsed
 
 
-def send_round(bootstrap: str, topic: str, keys: list[str], placement: str, hash_name: str) -> float:
+def send_round(bootstrap: str, topic: str, keys: list[str], placement: str = "mod", hash_name: str = "murmur2",
+               *, want_decision: bool = True) -> Timing:
     p = _producer(bootstrap, topic, keys, placement, hash_name)
     send = p.send
     began = time.perf_counter()
-    for k in keys:
-        send(k, 1.0)
+    if want_decision:
+        for k in keys:
+            send(k, 1.0)
+    else:
+        for k in keys:
+            send(k, 1.0, want_decision=False)
     return _finish(p, began, keys)
 
 
-Variant = Callable[[str, str, list[str]], float]
-STRICT, TYPICAL = "bare confluent-kafka: orjson + produce per event", "bare + str(uuid4()) per event"
+def send_many_round(bootstrap: str, topic: str, keys: list[str]) -> Timing:
+    p = _producer(bootstrap, topic, keys, "mod", "murmur2")
+    events = [(k, 1.0) for k in keys]  # the caller's batch, built before the clock as it arrives
+    began = time.perf_counter()
+    p.send_many(events)
+    return _finish(p, began, keys)
+
+
+Variant = Callable[[str, str, list[str]], Timing]
+STRICT, TYPICAL, LEAN = "bare: orjson + produce", "bare + str(uuid4())", "lean reference"
+SEND = "RoutingProducer.send mod/murmur2"
 VARIANTS: dict[str, Variant] = {
     STRICT: bare_round,
     TYPICAL: lambda b, t, k: bare_round(b, t, k, ids_in_loop=True),
-    "RoutingProducer.send mod/murmur2": lambda b, t, k: send_round(b, t, k, "mod", "murmur2"),
+    LEAN: lean_round,
+    SEND: send_round,
+    "send(want_decision=False)": lambda b, t, k: send_round(b, t, k, want_decision=False),
+    "send_many": send_many_round,
     "RoutingProducer.send jump/xxh3": lambda b, t, k: send_round(b, t, k, "jump", "xxh3"),
 }
 
 
-def run_case(bootstrap: str, topic: str, keys: list[str], rounds: int) -> dict[str, float]:
-    """Median events/s of every variant over ``rounds`` alternating rounds."""
-    results: dict[str, list[float]] = {name: [] for name in VARIANTS}
+def run_case(bootstrap: str, topic: str, keys: list[str], rounds: int) -> dict[str, Timing]:
+    """Median (loop, total) seconds of every variant over ``rounds`` alternating rounds."""
+    results: dict[str, list[Timing]] = {name: [] for name in VARIANTS}
     for _ in range(rounds):
         for name, variant in VARIANTS.items():
             results[name].append(variant(bootstrap, topic, keys))
-    return {name: statistics.median(rates) for name, rates in results.items()}
+    return {name: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts))
+            for name, ts in results.items()}
 
 
-def print_case(title: str, medians: dict[str, float]) -> None:
-    strict, typical = medians[STRICT], medians[TYPICAL]
+def cold_route_vs_produce(bootstrap: str, topic: str, keys: list[str], rounds: int) -> tuple[float, float]:
+    """Median ns per call of a cold ``Router.route`` (fresh router, every key new) and of one ``produce()``."""
+    route_ns, produce_ns = [], []
+    ts_ms = int(time.time() * 1000)
+    payload = orjson.dumps({"id": str(uuid.uuid4()), "id_kind": "uuid7", "ts_ms": ts_ms, "key": keys[0],
+                            "value": 1.0, "attributes": {}})
+    encoded = [k.encode() for k in keys]
+    for _ in range(rounds):
+        router = Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=PARTITIONS, topic=topic)])
+        route = router.route
+        began = time.perf_counter()
+        for k in keys:
+            route(k, ts_ms)
+        route_ns.append((time.perf_counter() - began) / len(keys) * 1e9)
+        p = _bare_producer(bootstrap, topic)
+        produce = p.produce
+        began = time.perf_counter()
+        for kb in encoded:
+            produce(topic, payload, kb)
+        produce_ns.append((time.perf_counter() - began) / len(keys) * 1e9)
+        assert p.flush(60) == 0
+    return statistics.median(route_ns), statistics.median(produce_ns)
+
+
+def print_case(title: str, n: int, timings: dict[str, Timing]) -> None:
+    lean_loop, lean_total = timings[LEAN]
+    typical_total = timings[TYPICAL][1]
     print(f"#### {title}\n")
-    print("| producer | events/s | ratio vs bare | ratio vs bare + uuid4 | goal met (vs bare) |")
-    print("| --- | ---: | ---: | ---: | :---: |")
-    for name, rate in medians.items():
-        met = "" if name in (STRICT, TYPICAL) else ("yes" if rate / strict >= GOAL_RATIO else "no")
-        print(f"| {name} | {rate:,.0f} | {rate / strict:.2f} | {rate / typical:.2f} | {met} |")
-    print()
+    print("| producer | loop ns/event | events/s with flush | cost vs lean (loop) | cost vs lean (flush) "
+          "| throughput vs bare + uuid4 (flush) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, (loop, total) in timings.items():
+        print(f"| {name} | {loop / n * 1e9:,.0f} | {n / total:,.0f} | {loop / lean_loop:.2f} | "
+              f"{total / lean_total:.2f} | {typical_total / total:.2f} |")
+    send_loop, send_total = timings[SEND]
+    print(f"\nsend vs lean reference: {send_loop / lean_loop:.2f}x the cost (loop), {send_total / lean_total:.2f}x "
+          f"(flush); goal <= {LEAN_GOAL}: {'met' if send_total / lean_total <= LEAN_GOAL else 'missed'} (flush), "
+          f"{'met' if send_loop / lean_loop <= LEAN_GOAL else 'missed'} (loop)")
+    print(f"send vs bare + str(uuid4()): {typical_total / send_total:.2f}x the throughput (flush); goal >= "
+          f"{TYPICAL_GOAL}: {'met' if typical_total / send_total >= TYPICAL_GOAL else 'missed'}\n")
 
 
 def main() -> int:
@@ -148,15 +250,21 @@ def main() -> int:
         topic = f"bench-{uuid.uuid4().hex[:6]}"
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
         cases = {
-            f"recurring keys ({recurring_n:,} events, {len(set(recurring)):,} distinct keys)":
-                run_case(bootstrap, topic, recurring, rounds),
             f"distinct keys ({distinct_n:,} events, every key a new uuid4 string)":
-                run_case(bootstrap, topic, distinct, rounds),
+                (distinct_n, run_case(bootstrap, topic, distinct, rounds)),
+            f"recurring keys ({recurring_n:,} events, {len(set(recurring)):,} distinct keys)":
+                (recurring_n, run_case(bootstrap, topic, recurring, rounds)),
         }
+        route_ns, produce_ns = cold_route_vs_produce(bootstrap, topic, distinct, rounds)
+    load = os.getloadavg()
     print(f"`python bench/bench_producer.py{' --quick' if args.quick else ''}` - {rounds} alternating rounds, "
-          f"{PARTITIONS} partitions, local broker, median of rounds; goal >= {GOAL_RATIO} of bare\n")
-    for title, medians in cases.items():
-        print_case(title, medians)
+          f"{PARTITIONS} partitions, local broker, median of rounds; load average {load[0]:.1f} / {load[1]:.1f} "
+          f"on {os.cpu_count()} CPUs\n")
+    for title, (n, timings) in cases.items():
+        print_case(title, n, timings)
+    ratio = route_ns / produce_ns
+    print(f"cold route(): {route_ns:,.0f} ns per call; produce(): {produce_ns:,.0f} ns per call; "
+          f"{ratio:.2f}x; goal <= {ROUTE_GOAL}: {'met' if ratio <= ROUTE_GOAL else 'missed'}")
     return 0
 
 

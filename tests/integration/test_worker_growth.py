@@ -67,7 +67,8 @@ def test_growing_the_events_topic_from_6_to_8_while_two_workers_run_moves_a_quar
         wait_until(lambda: group_members(kafka_bootstrap, group) == 2, 90, "both workers in the group")
         v1 = RoutingMap(version=1, partitions=OLD, topic=names.events, placement="jump", hash="xxh3")
         router = Router(buckets, [v1])
-        producer = RoutingProducer(router, client, routing_maps_topic=names.routing_maps)
+        # headers='all': the check below reads each record's map version from its streams-map-version header
+        producer = RoutingProducer(router, client, routing_maps_topic=names.routing_maps, headers="all")
         send_for(producer, 6, rng, buckets, oracle, sent)
 
         grow = subprocess.Popen(

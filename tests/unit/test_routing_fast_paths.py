@@ -82,9 +82,9 @@ def test_an_id_stamped_as_a_uuid_object_encodes_as_its_text_and_salts_as_its_byt
     assert router.route("hot", T0, value) == router.route("hot", T0, value.bytes)
 
 
-def test_both_uuid7_stamps_give_the_id_text_the_salt_bytes_and_the_time_of_one_id() -> None:
-    for uuid_objects in (False, True):
-        stamp = _Stamper("uuid7", 0, uuid_objects=uuid_objects).stamp
+def test_every_uuid7_stamp_gives_the_id_text_the_salt_bytes_and_the_time_of_one_id() -> None:
+    for uuid_objects, compiled in ((False, False), (True, False), (False, True), (True, True)):
+        stamp = _Stamper("uuid7", 0, uuid_objects=uuid_objects, compiled=compiled).stamp
         for _ in range(100):
             ident, salt_id, ms = stamp()
             parsed = uuid.UUID(str(ident))

@@ -77,7 +77,7 @@ _MAX_TEXT = 1024
 def event_id_bytes(event_id: object) -> bytes:
     """The bytes an event ID contributes to its salt.
 
-    ``bytes`` (non-empty) pass through; a ``uuid.UUID`` gives its 16 bytes; an int in
+    ``bytes`` (non-empty) pass through; a ``uuid.UUID`` (or uuid-utils' UUID) gives its 16 bytes; an int in
     ``0..2**64-1`` gives 8 bytes big-endian. Raises InvalidIdError otherwise.
     """
     cls = event_id.__class__
@@ -90,6 +90,14 @@ def event_id_bytes(event_id: object) -> bytes:
     return _event_id_bytes_slow(event_id)
 
 
+try:  # what RoutingProducer stamps with: uuid-utils' UUID, the same 16 bytes as a uuid.UUID
+    from uuid_utils import UUID as _UUIDUtilsUUID
+
+    _COMPILED_UUID: tuple[type, ...] = (_UUIDUtilsUUID,)
+except ImportError:  # pragma: no cover
+    _COMPILED_UUID = ()
+
+
 def _event_id_bytes_slow(event_id: object) -> bytes:
     if event_id is None:
         raise InvalidIdError("event ID is missing (got NoneType)")
@@ -99,8 +107,8 @@ def _event_id_bytes_slow(event_id: object) -> bytes:
         if 0 <= event_id < 2**64:
             return int(event_id).to_bytes(8, "big")
         raise InvalidIdError(f"int event ID {event_id} is outside 0..2**64-1")
-    if isinstance(event_id, uuid.UUID):
-        return event_id.bytes
+    if isinstance(event_id, (uuid.UUID, *_COMPILED_UUID)):
+        return event_id.bytes  # type: ignore[no-any-return]
     if isinstance(event_id, bytes) and event_id:
         return bytes(event_id)
     if isinstance(event_id, bytes):

@@ -218,6 +218,9 @@ class Router:
         self._lock = threading.Lock()
         self._history: tuple[tuple[int, ...], tuple[_Compiled, ...]] = ((), ())
         self._newest: _Compiled | None = None
+        #: Bumped by every ``install``: a caller that caches what a decision implies (a
+        #: bucket's topic and placer, see RoutingProducer) drops its cache when it changes.
+        self.epoch = 0
         ordered = sorted(maps, key=lambda m: m.version if isinstance(m, RoutingMap) else 0)
         if not ordered:
             raise RoutingMapError("a Router needs at least one routing map")
@@ -270,6 +273,7 @@ class Router:
             self._memo = {}
             self._seen = {}
             self._placed_memo = {}
+            self.epoch += 1
 
     def map_for(self, ts_ms: int) -> RoutingMap:
         """The map in force for the bucket holding ``ts_ms``.
@@ -413,6 +417,15 @@ class Router:
         that range or the directory rejects it.
         """
         self.directory.apply(notice, self.current.partitions)
+
+    def placer_for(self, ts_ms: int) -> Callable[[bytes], int]:
+        """The function that places a canonical key at home in the bucket holding ``ts_ms``.
+
+        The very placer :meth:`route` uses for a key the directory does not place, so
+        ``placer_for(ts)(canonical_key(k)) == route(k, ts).partition`` for such keys.
+        Raises like :meth:`map_for`.
+        """
+        return self._compiled_for(check_timestamp(ts_ms)).place
 
     def home_of(self, key: object) -> int:
         """The hash (home) partition of ``key`` under the newest map; raises InvalidKeyError for a bad key."""
