@@ -98,6 +98,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     fleet.add_argument("--rate", type=float, default=800.0, metavar="R", help="events/s in all (default: 800)")
     fleet.add_argument("--rotate-s", type=float, metavar="S",
                        help="the hot set rotates every S seconds: other keys take the heavy ranks")
+    fleet.add_argument("--ramp-s", type=float, metavar="S",
+                       help="a new key grows from nothing to half the traffic over S seconds (a slow ramp)")
     fleet.add_argument("--exact", action="store_true",
                        help="the decider reads each window's exact counts instead of the workers' summaries")
     fleet.add_argument("--seed-traffic", type=int, default=0, metavar="N",
@@ -214,7 +216,7 @@ def _run_fleet(args: argparse.Namespace) -> int:
                             windows=args.windows, rate=args.rate, window_s=args.window_s,
                             policy=policy_from(args, args.partitions), placement=args.placement, hash=args.hash,
                             capacity=_WORKER.sketch_capacity, min_window_events=_WORKER.hot_min_window_events,
-                            rotate_s=args.rotate_s, exact=args.exact, seed=args.seed_traffic)
+                            rotate_s=args.rotate_s, ramp_s=args.ramp_s, exact=args.exact, seed=args.seed_traffic)
     if args.json:
         print_json(report.to_record())
     else:

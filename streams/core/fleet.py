@@ -9,7 +9,8 @@ the same code with the same information at the same pace:
   approximation; the rest of the events are drawn by weight), so the decider faces the
   counting noise a real stream has. With ``rotate_s`` the hot set rotates: every
   ``rotate_s`` seconds the ranks are dealt to other keys, and the keys that were hot go
-  quiet.
+  quiet. With ``ramp_s`` a new key (number ``keys``) grows from nothing to half the
+  traffic over ``ramp_s`` seconds (a slow ramp), the others sharing the rest.
 * Every event goes where producers send it: its key's directory entry (a split key's
   events spread evenly at random over its pieces, as salts from event IDs do), else its
   hash home under the routing map's placement.
@@ -145,6 +146,7 @@ def simulate_fleet(
     capacity: int = 4096,
     min_window_events: int = 1000,
     rotate_s: float | None = None,
+    ramp_s: float | None = None,
     exact: bool = False,
     seed: int = 0,
 ) -> FleetReport:
@@ -162,11 +164,12 @@ def simulate_fleet(
     require(rate > 0 and math.isfinite(rate), "rate", "a number of events/s > 0", rate)
     require(window_s > 0 and math.isfinite(window_s), "window_s", "a number > 0", window_s)
     require(rotate_s is None or (rotate_s > 0 and math.isfinite(rotate_s)), "rotate_s", "a number > 0", rotate_s)
+    require(ramp_s is None or (ramp_s > 0 and math.isfinite(ramp_s)), "ramp_s", "a number > 0", ramp_s)
     policy = BalancePolicy(partitions=partitions, settle_s=window_s) if policy is None else policy
     require(policy.partitions == partitions, "policy.partitions", f"the simulated partition count ({partitions})",
             policy.partitions)
     rng = random.Random(seed)
-    traffic = _Traffic(workload, partitions, placement, hash, rate * window_s / _SLICES, rng, rotate_s)
+    traffic = _Traffic(workload, partitions, placement, hash, rate * window_s / _SLICES, rng, rotate_s, ramp_s)
     decider = BalanceDecider(policy, home=traffic.home_of)
     loop = BalanceLoop(decider, window_s, min_window_events)
     sketches = [SlidingSketch(window_s, slices=_SLICES, capacity=capacity) for _ in range(workers)]
@@ -231,7 +234,8 @@ def simulate_fleet(
         true = max_over_mean(traffic.true_loads(directory, (window + 1) * window_s - 1e-6))
         out.append(FleetWindow(window + 1, measured, true, placed + retired, placed, retired, len(directory),
                                len(touched), items, size))
-    return FleetReport(workload.describe() + (f", hot set rotating every {rotate_s:g} s" if rotate_s else ""),
+    return FleetReport(workload.describe() + (f", hot set rotating every {rotate_s:g} s" if rotate_s else "")
+                       + (f", a new key ramping to half the traffic over {ramp_s:g} s" if ramp_s else ""),
                        partitions, workers, float(rate), float(window_s), exact, policy, hash_only, len(seen),
                        tuple(out))
 
@@ -240,19 +244,21 @@ class _Traffic:
     """Key weights, names, hash homes, and Poisson draws per tick (ranks dealt to keys by rotation)."""
 
     def __init__(self, workload: Workload, partitions: int, placement: str, hash_name: str, per_tick: float,
-                 rng: random.Random, rotate_s: float | None = None) -> None:
-        n = workload.keys
+                 rng: random.Random, rotate_s: float | None = None, ramp_s: float | None = None,
+                 ramp_share: float = 0.5) -> None:
+        n = self._n = workload.keys
         cum = workload.cumulative_weights()
         weights = [1.0 / n] * n if cum is None else [b - a for a, b in zip([0.0, *cum[:-1]], cum)]
         total = sum(weights)
         self.weights = [w / total for w in weights]  # by rank
-        self.names = [workload.key_name(i) for i in range(n)]
+        self.names = [workload.key_name(i) for i in range(n + 1)]  # key n: the ramping key, outside the ranks
         self._prefix = workload.key_name(0)[:-1]
         placer = make_placer(hash_name, placement, partitions)
         self.homes = [placer(canonical_key(name)) for name in self.names]
         self.partitions = partitions
         self.rng = rng
         self.rotate_s = rotate_s
+        self.ramp_s, self.ramp_share = ramp_s, ramp_share
         self.per_tick = per_tick
         heavy = [r for r, w in enumerate(self.weights) if w * per_tick >= _HEAVY_EVENTS]
         self._heavy = heavy
@@ -277,16 +283,24 @@ class _Traffic:
     def _offset(self, now_s: float) -> int:
         return 0 if self.rotate_s is None else int(now_s // self.rotate_s) * self._shift
 
+    def _ramp(self, now_s: float) -> float:
+        """The ramping key's share of the traffic at ``now_s`` (the other keys share the rest)."""
+        return 0.0 if self.ramp_s is None else self.ramp_share * min(1.0, now_s / self.ramp_s)
+
     def draw(self, now_s: float) -> Counter[int]:
         """Events per key index in one tick around ``now_s``."""
-        rng, n, offset = self.rng, len(self.names), self._offset(now_s)
+        rng, n, offset = self.rng, self._n, self._offset(now_s)
+        ramp = self._ramp(now_s)
+        scale = self.per_tick * (1.0 - ramp)
         counts: Counter[int] = Counter()
+        if ramp > 0:
+            counts[n] = _poisson(rng, ramp * self.per_tick)
         for r in self._heavy:
-            lam = self.weights[r] * self.per_tick
+            lam = self.weights[r] * scale
             c = max(0, round(rng.gauss(lam, math.sqrt(lam))))
             if c:
                 counts[(r + offset) % n] = c
-        lam_tail = self._tail_mass * self.per_tick
+        lam_tail = self._tail_mass * scale
         if lam_tail > 0:
             k = _poisson(rng, lam_tail)
             if k:
@@ -297,13 +311,15 @@ class _Traffic:
 
     def true_loads(self, directory: dict[int, tuple[int, ...]], now_s: float) -> list[float]:
         """Expected share of traffic per partition under ``directory`` at ``now_s``."""
-        n, offset = len(self.names), self._offset(now_s)
+        n, offset = self._n, self._offset(now_s)
+        ramp = self._ramp(now_s)
         loads = [0.0] * self.partitions
         homes, weights = self.homes, self.weights
         for r, w in enumerate(weights):
-            loads[homes[(r + offset) % n]] += w
+            loads[homes[(r + offset) % n]] += w * (1.0 - ramp)
+        loads[homes[n]] += ramp
         for index, parts in directory.items():
-            w = weights[(index - offset) % n]
+            w = ramp if index == n else weights[(index - offset) % n] * (1.0 - ramp)
             loads[homes[index]] -= w
             for p in parts:
                 loads[p] += w / len(parts)

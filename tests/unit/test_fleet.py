@@ -157,6 +157,13 @@ def test_the_simulated_fleet_follows_a_rotating_hot_set_and_sends_retired_keys_h
     assert report.windows[11].directory < report.windows[7].directory
 
 
+def test_the_simulated_fleet_follows_a_key_ramping_to_half_the_traffic() -> None:
+    report = simulate_fleet(Workload("zipf", keys=10_000, zipf_exponent=1.1, seed=1), partitions=24, workers=3,
+                            rate=20_000.0, windows=18, ramp_s=60.0)  # 12 windows of ramp, then steady
+    assert all(w.true <= 1.12 for w in report.windows[2:])
+    assert sum(w.changes for w in report.windows[6:]) <= 3  # the ramp is followed without churn
+
+
 def test_exact_counts_and_summaries_reach_the_same_balance() -> None:
     kwargs = dict(partitions=48, workers=4, rate=20_000.0, windows=6)
     workload = Workload("zipf", keys=10_000, zipf_exponent=1.1, seed=2)
