@@ -34,9 +34,14 @@ def test_a_stream_of_more_distinct_keys_than_the_memo_holds_routes_as_an_unmemoi
         assert small.route(key, ts) == plain.route(key, ts)
 
 
-def test_once_the_memo_has_filled_a_key_is_memoised_on_its_second_sighting_only() -> None:
+def test_a_key_is_memoised_on_its_second_sighting_only_before_and_after_the_memo_fills() -> None:
     router = a_router(memo_size=4)
-    for i in range(5):  # the fifth fills the memo past its size: admission by doorkeeper from now on
+    router.route("first", T0)
+    assert "first" not in router._memo  # a one-off key costs no memo entry
+    router.route("first", T0)
+    assert "first" in router._memo
+    for i in range(5):  # routed twice each: the memo fills past its size and is cleared
+        router.route(f"fill-{i}", T0)
         router.route(f"fill-{i}", T0)
     router.route("once", T0)
     assert "once" not in router._memo
@@ -45,10 +50,24 @@ def test_once_the_memo_has_filled_a_key_is_memoised_on_its_second_sighting_only(
     assert router.route("once", T0) is router.route("once", T0)
 
 
-def test_a_router_whose_keys_fit_its_memo_memoises_each_on_first_sight() -> None:
+def test_a_router_whose_keys_fit_its_memo_returns_one_decision_object_from_the_second_sighting_on() -> None:
     router = a_router(memo_size=100)
-    first = router.route("tenant-1", T0)
-    assert router.route("tenant-1", T0) is first
+    router.route("tenant-1", T0)
+    second = router.route("tenant-1", T0)
+    assert router.route("tenant-1", T0) is second
+
+
+def test_a_cold_key_routes_as_an_unmemoised_router_through_the_last_bucket_cache_across_buckets_and_maps() -> None:
+    rng = random.Random(12)
+    cached, plain = a_router(), a_router(memo_size=0)
+    times = [T0 + rng.randrange(4) * 300_000 + rng.randrange(300_000) for _ in range(3_000)]
+    keys = [rng.choice([str(uuid.UUID(int=rng.getrandbits(128))), f"k-{rng.randrange(50)}", b"raw",
+                        rng.randrange(1000)]) for _ in times]
+    for i, (key, ts) in enumerate(zip(keys, times)):
+        if i == 1_500:  # a new map from the fourth bucket on: both routers take it over there
+            for r in (cached, plain):
+                r.install(RoutingMap(version=2, partitions=20, topic="events", first_bucket_ms=T0 + 3 * 300_000))
+        assert cached.route(key, ts) == plain.route(key, ts)
 
 
 @given(st.uuids())

@@ -164,6 +164,8 @@ class _Compiled(NamedTuple):
 
 # Builds a RoutingDecision from a tuple of its fields without the generated __new__'s frame.
 _decision = tuple.__new__
+# Router._hot before any bucket was resolved: no timestamp falls in [0, 0).
+_COLD = (0, 0, "", None, 0, "", 0)
 # Keys the router memoises: exact classes only, so no bool (== 1) or float (1.0 == 1)
 # can hit an entry made for another value.
 _MEMOISED = frozenset((str, bytes, int, uuid.UUID))
@@ -178,13 +180,15 @@ class Router:
     keys (str, bytes, int, UUID): each key's unsplit decision in its latest bucket,
     so a repeated key costs one dict lookup instead of canonicalising and hashing
     again (the compiled murmur2 call alone costs several lookups); 0 disables it.
-    Every key is memoised until the memo first fills; from then on (more distinct
-    keys than it holds: UUIDs, say) a key is memoised the second time it is routed
-    within the last ``memo_size`` first sightings (a doorkeeper of key hashes
-    remembers the first), because keeping every one-off decision alive cost more
-    than hashing it (dict growth and garbage-collector passes over the retained
-    decisions). A full memo or doorkeeper is cleared, not evicted; each memo entry
-    costs roughly 300 bytes, so the default holds about 20 MB at most.
+    A key is memoised the second time it is routed within the last ``memo_size``
+    first sightings (a doorkeeper of key hashes remembers the first), because keeping
+    every one-off decision alive cost more than hashing it (dict growth and
+    garbage-collector passes over the retained decisions; a cold UUID key cost half
+    again as much when every first sighting was memoised). A full memo or doorkeeper
+    is cleared, not evicted; each memo entry costs roughly 300 bytes, so the default
+    holds about 20 MB at most. A key not in the memo, in the bucket last resolved,
+    is placed through a cache of that bucket (topic, placer, label, map version),
+    dropped by :meth:`install`.
     Repeated calls may return the same (immutable) decision object.
     Thread-safe: ``install`` and directory updates may run beside ``route`` in other
     threads. Raises RoutingMapError if ``maps`` is empty or a map cannot be
@@ -209,7 +213,6 @@ class Router:
         # hash(key) -> None for keys routed once and not memoised yet: ints only, so the
         # garbage collector never tracks it
         self._seen: dict[int, None] = {}
-        self._admit_all = True  # until the memo first fills
         # placed key bytes -> (its home decision, its placement, {salt: decision of that salt}, or None when
         # the placement names a partition the map of that bucket lacks: such events go home)
         self._placed_memo: dict[bytes, tuple[RoutingDecision, tuple[int, ...], dict[int, RoutingDecision] | None]] = {}
@@ -218,6 +221,7 @@ class Router:
         self._lock = threading.Lock()
         self._history: tuple[tuple[int, ...], tuple[_Compiled, ...]] = ((), ())
         self._newest: _Compiled | None = None
+        self._hot: tuple[Any, ...] = _COLD
         #: Bumped by every ``install``: a caller that caches what a decision implies (a
         #: bucket's topic and placer, see RoutingProducer) drops its cache when it changes.
         self.epoch = 0
@@ -273,6 +277,7 @@ class Router:
             self._memo = {}
             self._seen = {}
             self._placed_memo = {}
+            self._hot = _COLD
             self.epoch += 1
 
     def map_for(self, ts_ms: int) -> RoutingMap:
@@ -307,8 +312,22 @@ class Router:
             ts_ms = check_timestamp(ts_ms)
         # Fast path: the key's unsplit decision in this bucket, memoised. Memo entries
         # only ever hold valid buckets, so a hit also proves ts_ms is in range.
-        decision = self._memo.get(key) if key.__class__ in _MEMOISED else None
-        if decision is None or not 0 <= ts_ms - decision[4] < self._width_ms:
+        memo = self._memo  # read before the maps: see install
+        decision = memo.get(key) if key.__class__ in _MEMOISED else None
+        if decision is None:
+            hot = self._hot  # the bucket last resolved: (start, end, topic, placer, index, label, version)
+            if hot[0] <= ts_ms < hot[1]:
+                # A key not seen lately, in that bucket: _resolve's work without its frame and checks.
+                if key.__class__ is bytes and 0 < len(key) <= MAX_KEY_BYTES:  # type: ignore[arg-type]
+                    kb = key
+                else:
+                    kb = canonical_key(key)
+                decision = _decision(RoutingDecision, (hot[2], hot[3](kb), kb, hot[4], hot[0], hot[5], hot[6], UNSPLIT))
+                if self._memo_size and key.__class__ in _MEMOISED:
+                    self._remember(memo, key, decision, None)
+            else:
+                decision = self._resolve(key, ts_ms, None)
+        elif not 0 <= ts_ms - decision[4] < self._width_ms:
             decision = self._resolve(key, ts_ms, decision)
         placement = self._placement_lookup(decision[2])
         if placement is None:
@@ -348,21 +367,30 @@ class Router:
                 compiled.buckets.clear()
             compiled.buckets[index] = bucket
         topic, start, label = bucket
+        self._hot = (start, start + width, topic, compiled.place, index, label, version)  # type: ignore[union-attr]
         decision: RoutingDecision = _decision(
             RoutingDecision, (topic, partition, kb, index, start, label, version, UNSPLIT)
         )
         if self._memo_size and key.__class__ in _MEMOISED:
-            seen = self._seen
-            if not self._admit_all and stale is None and (h := hash(key)) not in seen:
-                if len(seen) >= self._memo_size:  # a first sighting: only remembered
-                    seen.clear()
-                seen[h] = None
-            else:  # memo still filling, a second sighting, or a memoised key in a new bucket
-                if len(memo) >= self._memo_size:
-                    memo.clear()
-                    self._admit_all = False  # more distinct keys than the memo holds
-                memo[key] = decision
+            self._remember(memo, key, decision, stale)
         return decision
+
+    def _remember(self, memo: dict[object, RoutingDecision], key: object, decision: RoutingDecision,
+                  stale: RoutingDecision | None) -> None:
+        """Memoise ``decision`` on the key's second sighting, or at once if the key was memoised (``stale``).
+
+        A first sighting is only remembered, as ``hash(key)`` in the doorkeeper: a
+        one-off key (a UUID, say) never costs a memo entry.
+        """
+        seen = self._seen
+        if stale is None and (h := hash(key)) not in seen:
+            if len(seen) >= self._memo_size:
+                seen.clear()
+            seen[h] = None
+        else:
+            if len(memo) >= self._memo_size:
+                memo.clear()
+            memo[key] = decision
 
     def _placed(self, decision: RoutingDecision, placement: tuple[int, ...], event_id: object) -> RoutingDecision:
         """The decision for one event of a key the directory places; ``decision`` is its home one.
