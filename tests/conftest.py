@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,12 +36,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    """``bootstrap.servers`` of a live broker: ``$KAFKA_BOOTSTRAP`` or a local one started now."""
-    existing = os.environ.get("KAFKA_BOOTSTRAP")
-    if existing:
-        _require_reachable(existing)
-        yield existing
+def _own_broker() -> Iterator[Any]:
+    """The project's own single-node KRaft broker, started once per session; None with ``$KAFKA_BOOTSTRAP``."""
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        yield None
         return
     from kafka_local import LocalKafka
 
@@ -51,9 +50,35 @@ def kafka_bootstrap() -> Iterator[str]:
         pytest.fail(f"the Kafka broker needed by this test could not be started: {exc}", pytrace=False)
     print(f"\n[kafka] local broker {broker.version} at {broker.bootstrap}, started in {broker.started_in_s:.1f} s")
     try:
-        yield broker.bootstrap
+        yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(_own_broker: Any) -> str:
+    """``bootstrap.servers`` of a live broker: ``$KAFKA_BOOTSTRAP`` or the local one started for the session."""
+    if _own_broker is None:
+        existing = os.environ["KAFKA_BOOTSTRAP"]
+        _require_reachable(existing)
+        return existing
+    return str(_own_broker.bootstrap)
+
+
+@pytest.fixture
+def local_kafka(_own_broker: Any) -> Iterator[Any]:
+    """The session's own broker (``LocalKafka``), for a test that stops and restarts it.
+
+    Fails (never skips) when ``$KAFKA_BOOTSTRAP`` names another cluster: this test
+    needs a broker it may stop. The broker is running again when the test ends.
+    """
+    if _own_broker is None:
+        pytest.fail("this test stops and restarts the broker: it needs the project's own, not $KAFKA_BOOTSTRAP",
+                    pytrace=False)
+    yield _own_broker
+    if not _own_broker.running:
+        _own_broker.launch()
+        _own_broker.wait_ready(time.monotonic())
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from typing import Any
 from streams.cli import (
     HelpFormatter,
     add_kafka_arguments,
-    duration_s,
     kafka_client_config,
     kafka_resolved,
     print_json,
@@ -81,9 +80,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     if "instance" not in _WORKER_FIELDS:  # a setting once WorkerSettings has it: its flag comes from there
         parser.add_argument("--instance", metavar="NAME",
                             help="this worker's name in hot-key sketches ($STREAMS_INSTANCE; default: host-pid-random)")
-    parser.add_argument("--tick", type=duration_s, metavar="DURATION",
-                        help="how often buckets are closed and sketches published, e.g. 250ms "
-                             "($STREAMS_TICK_S in seconds; default: 250ms)")
     add_setting_flags(parser.add_argument_group("worker settings (WorkerSettings)"), WorkerSettings)
     add_setting_flags(parser.add_argument_group("topic names (TopicNames)"), TopicNames)
     faust = parser.add_argument_group("faust")
@@ -149,8 +145,6 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
         env["STREAMS_CONFIG"] = args.config
     if getattr(args, "instance", None):
         env["STREAMS_INSTANCE"] = args.instance
-    if args.tick is not None:
-        env["STREAMS_TICK_S"] = f"{args.tick:g}"
     for cls in (WorkerSettings, TopicNames):
         for field, value in flag_values(args, cls).items():
             env[env_var(setting_name(cls, field))] = str(value).lower() if isinstance(value, bool) else str(value)

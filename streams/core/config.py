@@ -303,8 +303,13 @@ class WorkerSettings:
     the window must hold before the decider trusts it. ``watermark_agreement`` is how
     many records of a partition must reach an event time before its watermark moves
     there (2: one record with a bad clock cannot close buckets early);
-    ``dedup_ids`` counts an event ID once per (bucket, source partition) while the
-    bucket is open.
+    ``dedup_ids`` counts an event once per (bucket, source partition) while the
+    bucket is open (its identity: ID, key, time and value). ``group_protocol``: the
+    consumer groups' protocol, ``consumer`` (KIP-848, incremental), ``classic``, or
+    ``auto`` (KIP-848 where the cluster offers it). ``broker_outage_timeout``: how long
+    the worker waits out an unreachable cluster before it stops. ``instance``: this
+    worker's name in summaries and notices ("" picks host, pid and a random suffix).
+    ``tick``: how often each loop closes due buckets, persists and commits.
     """
 
     app_id: str = "streams-worker"
@@ -332,6 +337,10 @@ class WorkerSettings:
     sketch_capacity: int = 4096
     metrics_port: int = 0
     session_timeout_s: float = 30.0
+    group_protocol: str = "auto"
+    tick: str = "250ms"
+    broker_outage_timeout: str = "5m"
+    instance: str = ""
 
     def __post_init__(self) -> None:
         require_int("partitions", self.partitions, 1, 100_000)
@@ -349,13 +358,38 @@ class WorkerSettings:
         require_int("metrics_port (0: off)", self.metrics_port, 0, 65535)
         require(3 <= self.session_timeout_s <= 600, "session_timeout_s", "a number of seconds in [3, 600]",
                  self.session_timeout_s)
+        require(self.group_protocol in ("auto", "consumer", "classic"), "group_protocol",
+                "'auto', 'consumer' (KIP-848) or 'classic'", self.group_protocol)
+        require(1_000 <= require_duration("broker_outage_timeout", self.broker_outage_timeout) <= 86_400_000,
+                "broker_outage_timeout", "a duration from 1s to 1d", self.broker_outage_timeout)
+        require(len(self.instance) <= 200, "instance", "at most 200 characters", self.instance)
+        require(10 <= require_duration("tick", self.tick) <= 60_000, "tick", "a duration from 10ms to 1m", self.tick)
+
+    @property
+    def outage_s(self) -> float:
+        """``broker_outage_timeout`` in seconds."""
+        return require_duration("broker_outage_timeout", self.broker_outage_timeout) / 1000
 
     @property
     def events_group(self) -> str:
         """The consumer group stage 1 reads the events topic in (``<app_id>-events``): the group whose lag
-        on the events topic is the worker's backlog. faust's own group (``app_id``) reads the
-        partials and sketches topics."""
+        on the events topic is the worker's backlog."""
         return f"{self.app_id}-events"
+
+    @property
+    def partials_group(self) -> str:
+        """The consumer group stage 2 reads the partials topic in (``<app_id>``, as faust named it before)."""
+        return self.app_id
+
+    @property
+    def decider_group(self) -> str:
+        """The consumer group the decider reads the sketches topic in (one partition: one decider)."""
+        return f"{self.app_id}-decider"
+
+    @property
+    def stage2_changelog(self) -> str:
+        """The compacted topic stage 2's state is changelogged to, partition p for partials partition p."""
+        return f"{self.app_id}-stage2-changelog"
 
     @property
     def stage1_changelog(self) -> str:

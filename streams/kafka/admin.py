@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -78,6 +79,8 @@ __all__ = [
     "TopicNotFoundError",
     "TopicSpec",
     "add_partitions",
+    "broker_count",
+    "consumer_protocol_offered",
     "describe_topics",
     "durable_spec",
     "ensure_topics",
@@ -231,6 +234,35 @@ def broker_count(admin_config: Mapping[str, Any], *, timeout_s: float = 10.0) ->
     """How many brokers the cluster's metadata lists; raises TopicAdminError if it cannot be reached."""
     admin = _admin(admin_config)
     return len(_metadata(admin, admin_config, timeout_s).brokers)
+
+
+#: librdkafka's first release with KIP-848's consumer group protocol generally available (2.12.0).
+KIP848_LIBRDKAFKA = 0x020C0000
+
+
+def consumer_protocol_offered(admin_config: Mapping[str, Any], *, timeout_s: float = 10.0) -> bool:
+    """True if this client and the cluster's brokers speak KIP-848's consumer group protocol.
+
+    The broker says so in ``group.coordinator.rebalance.protocols`` (``consumer`` is in it
+    by default from Kafka 4.0); librdkafka from 2.12. A cluster that will not describe
+    its brokers' configs (ACLs) counts as not offering it: the classic protocol works
+    everywhere. Raises TopicAdminError if the cluster cannot be reached.
+    """
+    if confluent_kafka.libversion()[1] < KIP848_LIBRDKAFKA:
+        return False
+    admin = _admin(admin_config)
+    md = _metadata(admin, admin_config, timeout_s)
+    resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in sorted(md.brokers)]
+    try:
+        futures = admin.describe_configs(resources, request_timeout=timeout_s)
+        for future in futures.values():
+            entries = future.result(timeout_s + 5)
+            entry = entries.get("group.coordinator.rebalance.protocols")
+            if entry is None or "consumer" not in str(entry.value).split(","):
+                return False
+    except (KafkaException, concurrent.futures.TimeoutError):
+        return False
+    return bool(resources)
 
 
 @dataclass(frozen=True)

@@ -11,22 +11,65 @@ when the client is polled (``poll``, ``flush``, ``consume``), from the polling t
 application configures logging (e.g. ``logging.basicConfig``; the demo's
 ``--debug``), and then the records propagate to its handlers. A ``logger`` the
 caller put in the configuration (the CLI does) wins.
+
+While a broker is unreachable librdkafka logs every failed connection attempt of
+every client (thousands of lines a minute in a worker with several clients).
+:data:`LIBRDKAFKA_LOGGER` therefore carries a :class:`RepeatFilter`: one line per
+kind (facility and broker) per minute, the next one saying how many were held back.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["LIBRDKAFKA_LOGGER", "with_logger", "new_producer", "new_consumer", "new_admin"]
+__all__ = ["LIBRDKAFKA_LOGGER", "RepeatFilter", "with_logger", "new_producer", "new_consumer", "new_admin"]
+
+
+class RepeatFilter(logging.Filter):
+    """Lets one librdkafka line of a kind through per ``window_s``; the next one says how many were held back.
+
+    A line's kind is its facility (``FAIL``, ``ERROR``, ...) and the broker it names
+    (the text before the first ``": "``), whichever client logged it. Lines that are
+    not librdkafka's (``"%s [%s] %s"`` with facility, client, text) pass untouched.
+    """
+
+    def __init__(self, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._clock = clock
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}  # kind -> (last passed, held back since)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """True to pass ``record`` (see the class docstring)."""
+        args = record.args
+        if not (isinstance(args, tuple) and len(args) == 3 and all(isinstance(a, str) for a in args)):
+            return True
+        kind = (args[0], args[2].split(": ", 1)[0][:200])
+        now = self._clock()
+        with self._lock:
+            last, held = self._seen.get(kind, (-float("inf"), 0))
+            if now - last < self.window_s:
+                self._seen[kind] = (last, held + 1)
+                return False
+            self._seen[kind] = (now, 0)
+        if held:
+            record.msg = f"{record.getMessage()} ({held} more like it in the last {now - last:.0f} s held back)"
+            record.args = ()
+        return True
+
 
 #: Where librdkafka's log lines go unless the configuration names another logger.
 LIBRDKAFKA_LOGGER = logging.getLogger("streams.kafka.librdkafka")
 LIBRDKAFKA_LOGGER.addHandler(logging.NullHandler())
+LIBRDKAFKA_LOGGER.addFilter(RepeatFilter())
 
 
 def with_logger(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,12 +40,6 @@ class WorkerMetrics:
         self.close_lag = Gauge("streams_bucket_close_lag_seconds",
                                "wall clock at close minus the bucket's close time, last close", registry=r)
         self.rejected = Counter("streams_rejected_sketch_summaries", "malformed sketch summaries", registry=r)
-        self.stalls = Counter("streams_stalled_partitions_reported",
-                              "events or partials partitions whose agent got nothing while the consumer fetched "
-                              "past it, or did not fetch them at all", registry=r)
-        self.gaps = Counter("streams_offset_gaps",
-                            "records handed over past the next expected offset: sought back, or accepted as "
-                            "offsets the log does not hold", ["outcome"], registry=r)
         self._split_keys: set[str] = set()
         self._serving: int | None = None
 
@@ -62,14 +56,6 @@ class WorkerMetrics:
     def sent(self, role: str) -> None:
         """Count one produced record of ``role``."""
         self.outputs.labels(role).inc()
-
-    def stall_reported(self) -> None:
-        """Count one stalled partition reported (see ``streams.worker.offsets.OffsetGuard.stalled``)."""
-        self.stalls.inc()
-
-    def offset_gap(self, outcome: str) -> None:
-        """Count one offset gap: ``sought`` (a seek back to the expected offset) or ``accepted``."""
-        self.gaps.labels(outcome).inc()
 
     def rejected_summary(self) -> None:
         """Count one rejected sketch summary."""

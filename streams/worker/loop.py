@@ -1,38 +1,47 @@
-"""Stage 1 on a batched librdkafka consumer: the events path without faust's per-record machinery.
+"""ConsumerLoop: the one way the worker reads Kafka. Consume, handle, tick, persist, commit.
 
-faust hands an agent one record at a time through its consumer thread, conductor,
-channel queue and ``Event`` objects: about 75 µs a record on this project's
-benchmark machine, five times :meth:`EventProcessor.handle` itself. Stage 1 therefore
-reads the events topic with its own ``confluent_kafka.Consumer`` in its own thread
-(:class:`Stage1Loop`), ``consume()`` returning batches of records that go straight
-to :meth:`EventProcessor.handle`; faust keeps stage 2, the decider and the timers.
+Every data stream of the worker (events for stage 1, partials for stage 2, sketch
+summaries for the decider) is read by a :class:`ConsumerLoop`: its own librdkafka
+``Consumer`` in its own consumer group and thread, ``consume()`` returning batches
+that go straight to the stage (a :class:`Stage`: stage 1's
+:class:`~streams.worker.processor.EventProcessor`, stage 2's
+:class:`~streams.worker.merge.PartialsProcessor`, the
+:class:`~streams.worker.decide.DeciderStage`). faust only hosts the loops. The
+loop does for every stage, in one place and in this order:
 
-What faust did for stage 1 is done here, in the same order:
-
-* **group**: the consumer group ``<app_id>-events`` (:attr:`WorkerSettings.events_group`),
-  Kafka's ``range`` assignor, so partition p of every events topic (a topic per bucket
-  included) goes to one worker, the owner of changelog partition p;
-* **state**: on assignment the stage-1 changelog partitions of the new partitions are
-  read back (:func:`~streams.kafka.changelog.read_changelog`) into the store, and each
-  partition resumes at the first offset no checkpoint vouches for
-  (:meth:`EventProcessor.resume_offset`), not at the group's committed offset;
+* **group**: Kafka 4's consumer group protocol (KIP-848, ``group.protocol=consumer``)
+  where the cluster offers it, with the broker's ``range`` assignor; Kafka's classic
+  protocol with the client's eager ``range`` assignor otherwise. Either way partition
+  p of every topic the loop reads goes to one worker (``range`` co-partitions topics
+  of equal partition counts: the bucket topics of topic-per-bucket mode), and that
+  worker owns changelog partition p: the changelog is not consumed through the group,
+  it is read back on assignment. With KIP-848 a rebalance is incremental: partitions
+  a worker keeps are never revoked, and a handover moves only what changes owner;
+  the coordinator pushes assignments with its heartbeat responses.
+* **state**: on assignment the changelog partitions of the new partitions are read
+  back (:func:`~streams.kafka.changelog.read_changelog`) into the stage's store, and
+  each partition resumes at :meth:`Stage.resume_offset` (the first offset no
+  checkpoint vouches for), not at the group's committed offset;
 * **persist and commit**: every ``tick_s`` (and every ``persist_every`` records)
-  :meth:`EventProcessor.persist` makes state and outputs durable in its crash-safe
-  order, then the offsets it vouches for are committed (for lag and ``topics roll``;
-  a restart trusts the checkpoint);
+  :meth:`Stage.persist` makes state and outputs durable in the stage's crash-safe
+  order, then the offsets it vouches for are committed (for lag and ``topics roll``);
 * **revoke**: partitions taken away are persisted and committed first; their state is
   kept, with each changelog partition's end offset, and reused if the next assignment
-  gives the partition back and its changelog has not moved meanwhile (nobody wrote
-  it), else dropped and read back. ``range`` is eager, so every rebalance (a new
-  bucket topic, a worker joining) revokes everything: without this each one would
-  re-read every changelog partition. Partitions *lost* (the group went on without
-  this worker) are forgotten without a write, since another worker may own them already;
+  gives the partition back and its changelog has not moved meanwhile. Partitions
+  *lost* (the group went on without this worker) are forgotten without a write;
 * **idleness**: librdkafka's statistics (every second) say per partition whether it
-  is fetched from a live leader and where its end is (:func:`fetch_states`), so the
-  watermark never judges a partition idle that is merely unreachable or behind.
+  is fetched from a live leader and where its end is (:func:`fetch_states`);
+* **outages**: while the cluster cannot be reached, the loop waits: its writer's flush
+  waits up to ``outage_s`` for acknowledgements (see :class:`~streams.worker.writer.KafkaWriter`),
+  consumer errors are logged once when they begin and once when reading works again,
+  and the group's poll interval covers the wait. Nothing is acknowledged meanwhile,
+  so nothing is lost and nothing counted twice; only an outage longer than
+  ``outage_s`` stops the worker, with one error.
 
 A failure (a write the broker refused, a fatal consumer error) stops the loop
 without acknowledging anything and is handed to ``on_failure``; the worker stops.
+A graceful :meth:`ConsumerLoop.stop` persists and commits, then leaves the group at
+once, so the partitions move to another worker without waiting for a session timeout.
 """
 
 from __future__ import annotations
@@ -40,18 +49,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import Any, Protocol
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.kafka.changelog import read_changelog
 from streams.kafka.clients import new_consumer
-from streams.worker.processor import EventProcessor, FetchState, InMessage, Output, TickResult
+from streams.worker.processor import FetchState, InMessage, Output
 from streams.worker.writer import KafkaWriter
 
-__all__ = ["Stage1Loop", "fetch_states", "BATCH"]
+__all__ = ["ConsumerLoop", "Stage", "fetch_states", "BATCH", "GROUP_PROTOCOLS"]
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +69,50 @@ BATCH = 1000
 #: How often librdkafka reports partition fetch state (the idle rule's input).
 STATS_INTERVAL_MS = 1000
 #: Committed offsets are for lag and ``topics roll`` (a restart trusts the checkpoint): at most one commit a
-#: second while running, as faust's ``broker_commit_interval``; a revoke or a stop commits at once.
+#: second while running; a revoke or a stop commits at once.
 COMMIT_INTERVAL_S = 1.0
 #: How long a revoke or an assignment waits for one changelog partition's end offset.
 CHANGELOG_END_TIMEOUT_S = 5.0
+#: A loop iteration this much later than the last one means the loop did not listen meanwhile.
+PAUSE_S = 1.0
+#: ``classic``: the client-side eager ``range`` assignor; ``consumer``: KIP-848, the broker's ``range`` assignor.
+GROUP_PROTOCOLS = ("classic", "consumer")
 
 Source = tuple[str, int]
 _NO_HEADERS: Mapping[str, bytes] = {}
+
+
+class StageStore(Protocol):
+    """The part of a stage's state the loop restores into: JSON-decoded changelog keys and values."""
+
+    data: MutableMapping[str, Any]
+
+    def mark_stale(self) -> None:
+        """``data`` was changed by a restore: re-read it before the next use."""
+
+
+class Stage(Protocol):
+    """What a :class:`ConsumerLoop` drives; every method runs on the loop's thread."""
+
+    store: StageStore
+
+    def assign(self, sources: Iterable[Source]) -> None:
+        """Own exactly ``sources`` from now on (drop the state of any other)."""
+
+    def resume_offset(self, source: Source) -> int:
+        """Where reading ``source`` must resume: the first offset no checkpoint vouches for."""
+
+    def handle_batch(self, msgs: Iterable[InMessage]) -> list[Output]:
+        """Process records in order; returns what to send for them."""
+
+    def tick(self, fetch: Mapping[Source, FetchState] | None = None) -> Any:
+        """Periodic work (close buckets, expire state); returns an object whose ``outputs`` are to be sent."""
+
+    def persist(self, flush: Callable[[], None]) -> None:
+        """Make every change and output durable (``flush`` waits for the broker), in a crash-safe order."""
+
+    def listening_resumed(self) -> None:
+        """The loop did not consume for a while (it waited for the cluster): the silence was its own."""
 
 
 def fetch_states(stats: Mapping[str, Any], owned: Iterable[Source], now_ms: int,
@@ -98,24 +144,52 @@ def fetch_states(stats: Mapping[str, Any], owned: Iterable[Source], now_ms: int,
     return out
 
 
-class Stage1Loop:
-    """Runs stage 1 for one worker in its own thread: consume, handle, tick, persist, commit.
+def group_config(consumer_config: Mapping[str, Any], protocol: str, *, session_timeout_s: float,
+                 outage_s: float) -> dict[str, Any]:
+    """The consumer properties of a loop's group for ``protocol`` (one of :data:`GROUP_PROTOCOLS`).
 
-    ``processor`` (and its store) belongs to this loop's thread alone.
-    ``send`` writes one output through ``writer``; ``after_tick`` gets each tick's
-    result once it is durable (the app publishes the sketch summary and metrics there);
-    ``on_failure`` gets the exception that stopped the loop.
+    KIP-848 moves session timeout, heartbeat interval and assignment to the broker, and
+    librdkafka refuses them with ``group.protocol=consumer``; the classic protocol gets
+    them, and the eager ``range`` assignor. ``max.poll.interval.ms`` covers an outage
+    waited out inside a flush.
+    """
+    config = {**consumer_config, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+              "statistics.interval.ms": STATS_INTERVAL_MS,
+              "max.poll.interval.ms": int((outage_s + 60) * 1000)}
+    if protocol == "consumer":
+        config.update({"group.protocol": "consumer", "group.remote.assignor": "range"})
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            config.pop(key, None)
+    else:
+        config.update({"partition.assignment.strategy": "range",
+                       "session.timeout.ms": int(session_timeout_s * 1000),
+                       "heartbeat.interval.ms": int(max(1.0, session_timeout_s / 3) * 1000)})
+    return config
+
+
+class ConsumerLoop:
+    """Runs one stage in its own thread: consume, handle, tick, persist, commit (see the module docstring).
+
+    ``stage`` (and its store) belongs to this loop's thread alone. ``send`` writes one
+    output through ``writer``; ``after_tick`` gets each tick's result once it is
+    durable; ``on_durable`` gets the number of records just made durable;
+    ``on_failure`` gets the exception that stopped the loop. ``changelog_topic`` None:
+    the stage keeps no state to restore. ``incremental``: the group protocol hands
+    partitions over incrementally (KIP-848), not all at once.
     """
 
-    def __init__(self, *, processor: EventProcessor, writer: KafkaWriter,
-                 consumer_config: Mapping[str, Any], changelog_topic: str, topics: Iterable[str],
-                 send: Callable[[Output], None], after_tick: Callable[[TickResult], None],
-                 on_durable: Callable[[int], None], on_failure: Callable[[BaseException], None],
-                 tick_s: float = 0.25, persist_every: int = 20_000) -> None:
-        self.processor = processor
+    def __init__(self, *, name: str, stage: Stage, writer: KafkaWriter, consumer_config: Mapping[str, Any],
+                 changelog_topic: str | None, topics: Iterable[str], send: Callable[[Output], None],
+                 on_failure: Callable[[BaseException], None],
+                 after_tick: Callable[[Any], None] = lambda result: None,
+                 on_durable: Callable[[int], None] = lambda n: None,
+                 incremental: bool = False, tick_s: float = 0.25, persist_every: int = 20_000) -> None:
+        self.name = name
+        self.stage = stage
         self.writer = writer
         self.consumer_config = dict(consumer_config)
         self.changelog_topic = changelog_topic
+        self.incremental = incremental
         self._send = send
         self._after_tick = after_tick
         self._on_durable = on_durable
@@ -135,6 +209,7 @@ class Stage1Loop:
         self._parked: dict[int, int] = {}  # changelog partition -> its end offset when revoked
         self._failed = False
         self._closing = False
+        self._trouble: tuple[float, int, str] | None = None  # (since, errors, first error) while reads fail
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
@@ -143,7 +218,7 @@ class Stage1Loop:
 
     def start(self) -> None:
         """Start the loop's thread."""
-        self._thread = threading.Thread(target=self._run, name="streams-stage1", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"streams-{self.name}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 60.0) -> None:
@@ -156,38 +231,41 @@ class Stage1Loop:
         """Read ``topics`` from now on (the bucket topics that exist); applied by the loop's thread."""
         self._wanted = sorted(set(topics))
 
+    @property
+    def owned(self) -> frozenset[Source]:
+        """The (topic, partition) pairs this loop owns now."""
+        return frozenset(self._owned)
+
     # -- the loop's thread --------------------------------------------------------------------
 
     def _run(self) -> None:
         try:
-            self._consumer = new_consumer({
-                **self.consumer_config,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "partition.assignment.strategy": "range",
-                "statistics.interval.ms": STATS_INTERVAL_MS,
-                "stats_cb": self._on_stats,
-            })
+            self._consumer = new_consumer({**self.consumer_config, "stats_cb": self._on_stats})
             self._loop()
             self._next_commit = 0.0
             self._persist()
             self._closing = True
         except BaseException as exc:  # noqa: BLE001 - handed to on_failure: the worker must stop
             self._failed = self._closing = True
-            log.exception("stage 1 stopped: %s", exc)
+            log.exception("%s stopped: %s", self.name, exc)
             self._on_failure(exc)
         finally:
             if self._consumer is not None:
                 try:
-                    self._consumer.close()  # leaves the group (revoking persists, unless failed)
+                    self._consumer.close()  # leaves the group now (revoking persists, unless failed)
                 except Exception as exc:  # noqa: BLE001 - closing after a failure: report and go
-                    log.warning("closing the events consumer: %r", exc)
+                    log.warning("closing the %s consumer: %r", self.name, exc)
 
     def _loop(self) -> None:
-        consumer, handle, send = self._consumer, self.processor.handle_batch, self._send
+        consumer, handle, send = self._consumer, self.stage.handle_batch, self._send
         assert consumer is not None
-        next_tick = time.monotonic() + self.tick_s
+        last_turn = time.monotonic()
+        next_tick = last_turn + self.tick_s
         while not self._stop.is_set():
+            turn = time.monotonic()
+            if turn - last_turn > PAUSE_S:
+                self.stage.listening_resumed()
+            last_turn = turn
             if self._wanted != self._subscribed:
                 self._resubscribe()
             msgs = consumer.consume(BATCH, max(0.0, min(0.1, next_tick - time.monotonic())))
@@ -203,6 +281,8 @@ class Stage1Loop:
                 headers = msg.headers()
                 records.append(InMessage(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
                                          dict(headers) if headers else _NO_HEADERS))
+            if records and self._trouble is not None:
+                self._recovered()
             for output in handle(records):
                 send(output)
             self._unpersisted += len(records)
@@ -217,34 +297,50 @@ class Stage1Loop:
         assert consumer is not None
         wanted = list(self._wanted)
         if wanted:
-            log.info("stage 1 subscribes to %d events topic(s): %s", len(wanted), wanted[:5])
+            log.info("%s subscribes to %d topic(s): %s", self.name, len(wanted), wanted[:5])
             consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         else:
             consumer.unsubscribe()
         self._subscribed = wanted
 
     def _consumer_error(self, err: KafkaError) -> None:
+        """A fatal error stops the loop; others (a broker gone, a coordinator moving) are logged once per episode."""
         if err.fatal():
             raise KafkaException(err)
-        log.warning("events consumer: %s", err)
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        if self._trouble is None:
+            self._trouble = (time.monotonic(), 1, str(err))
+            log.warning("%s cannot read from Kafka (%s): waiting for the cluster", self.name, err)
+        else:
+            since, count, first = self._trouble
+            self._trouble = (since, count + 1, first)
+
+    def _recovered(self) -> None:
+        since, count, _ = self._trouble  # type: ignore[misc]
+        self._trouble = None
+        log.warning("%s reads from Kafka again after %.0f s (%d consumer errors meanwhile)", self.name,
+                    time.monotonic() - since, count)
 
     def _tick(self) -> None:
         if self._revoked:
-            return  # the processor still holds the revoked partitions' state: closing their buckets is not ours
+            return  # the stage still holds the revoked partitions' state: acting on it is not ours
         owned = self._owned
         fetch = {s: f for s, f in self._fetch.items() if s in owned}
-        result = self.processor.tick(fetch)
+        result = self.stage.tick(fetch)
         for output in result.outputs:
             self._send(output)
         self._persist()
         self._after_tick(result)
 
     def _persist(self) -> None:
-        """Make everything handled durable (the processor's crash-safe order), then commit what it vouches for."""
+        """Make everything handled durable (the stage's crash-safe order), then commit what it vouches for."""
         if self._revoked:
             return
         handled, self._unpersisted = self._unpersisted, 0
-        self.processor.persist(self.writer.flush)
+        self.stage.persist(self.writer.flush)
+        if self._trouble is not None and self.writer.reachable:
+            self._recovered()
         if handled:
             self._on_durable(handled)
         if time.monotonic() >= self._next_commit:
@@ -254,7 +350,7 @@ class Stage1Loop:
     def _commit(self, sources: Iterable[Source], *, asynchronous: bool) -> None:
         offsets = []
         for source in sources:
-            offset = self.processor.resume_offset(source)
+            offset = self.stage.resume_offset(source)
             if offset > 0 and self._committed.get(source) != offset:
                 offsets.append(TopicPartition(source[0], source[1], offset))
                 self._committed[source] = offset
@@ -262,46 +358,65 @@ class Stage1Loop:
             try:
                 self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
             except KafkaException as exc:  # the checkpoint is what a restart trusts: a lost commit only shows lag
-                log.warning("committing stage 1's offsets: %s", exc)
+                for tp in offsets:
+                    self._committed.pop((tp.topic, tp.partition), None)  # try again at the next commit
+                if self._trouble is None:
+                    log.warning("%s: committing offsets failed: %s", self.name, exc)
 
     # -- rebalance callbacks (run inside consume(), on the loop's thread) -----------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        new = {(tp.topic, tp.partition) for tp in partitions}
-        wanted = {p for _, p in new}
+        added = {(tp.topic, tp.partition) for tp in partitions}
+        new = (self._owned | added) if self.incremental else added
+        wanted = {p for _, p in added}
         kept = self._unchanged(wanted)
         # Keep only the state of kept changelog partitions, read the others back, then own all of new.
-        self.processor.assign(s for s in new if s[1] in kept)
-        self._restore(wanted - kept)
-        self.processor.assign(new)
+        self.stage.assign(s for s in new if s in self._owned or s[1] in kept)
+        self._restore(wanted - kept - {p for _, p in self._owned})
+        self.stage.assign(new)
         self._revoked, self._parked = False, {}
         for tp in partitions:
             source = (tp.topic, tp.partition)
-            tp.offset = self.processor.resume_offset(source)
+            tp.offset = self.stage.resume_offset(source)
             self._starts[source] = tp.offset
             self._committed.pop(source, None)
         self._owned = new
         self._rebalanced = True
-        log.info("stage 1 assigned %d partition(s); changelog partitions kept %s, read back %s", len(partitions),
-                 sorted(kept), sorted(wanted - kept))
-        consumer.assign(partitions)  # eager (range): the whole assignment, the previous one was revoked
+        log.info("%s assigned %d partition(s) (%d owned); changelog partitions kept %s, read back %s", self.name,
+                 len(partitions), len(new), sorted(kept), sorted(wanted - kept))
+        if self.incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)  # eager (range): the whole assignment, the previous one was revoked
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         if self._failed or not gone:
             self._forget(gone)
-            consumer.unassign()
+            self._unassign(consumer, partitions)
             return
         handled, self._unpersisted = self._unpersisted, 0
-        self.processor.persist(self.writer.flush)
+        self.stage.persist(self.writer.flush)
         self.writer.flush()  # the closed buckets' tombstones too: the end offsets below must cover every write
         if handled:
             self._on_durable(handled)
         self._commit(gone & self._owned, asynchronous=False)
-        self._parked = {} if self._closing else self._changelog_ends({p for _, p in gone})
-        self._revoked = True
-        self._release(gone)
-        consumer.unassign()
+        if self.incremental:
+            # The partitions kept run on, and their ticks would act on the revoked ones' state: it goes.
+            self._release(gone)
+            self.stage.assign(self._owned)
+        else:
+            eager_all = self._closing or self.changelog_topic is None
+            self._parked = {} if eager_all else self._changelog_ends({p for _, p in gone})
+            self._revoked = True
+            self._release(gone)
+        self._unassign(consumer, partitions)
+
+    def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.incremental:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
 
     def _changelog_ends(self, partitions: set[int]) -> dict[int, int]:
         """The end offset of each changelog partition (those that cannot be read are left out: read back later)."""
@@ -316,25 +431,29 @@ class Stage1Loop:
         return ends
 
     def _unchanged(self, wanted: set[int]) -> set[int]:
-        """The changelog partitions in ``wanted`` whose state this worker kept at the revoke and nobody wrote since."""
-        if not self._revoked:
-            return set()
+        """The changelog partitions in ``wanted`` whose state this worker kept at a revoke and nobody wrote since."""
+        if self.changelog_topic is None:
+            return set(wanted)  # nothing to read back: whatever the stage holds stands
         parked = {p: end for p, end in self._parked.items() if p in wanted}
+        if not parked:
+            return set()
         now = self._changelog_ends(set(parked))
         return {p for p, end in parked.items() if now.get(p) == end}
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
-        log.warning("stage 1 lost %d partition(s) to the group (no heartbeat in time): dropping their unflushed state",
-                    len(gone))
+        log.warning("%s lost %d partition(s) to the group (no heartbeat in time): dropping their unflushed state",
+                    self.name, len(gone))
         self._forget(gone)
-        consumer.unassign()
+        self._unassign(consumer, partitions)
 
     def _forget(self, gone: set[Source]) -> None:
         """Give up ``gone`` and its state (lost, or revoked after a failure): nothing is kept for a return."""
-        self._revoked, self._parked = False, {}
+        self._revoked = False
+        for _, p in gone:
+            self._parked.pop(p, None)
         self._release(gone)
-        self.processor.assign(self._owned)  # drops the state of changelog partitions no longer held
+        self.stage.assign(self._owned)  # drops the state of changelog partitions no longer held
 
     def _release(self, gone: set[Source]) -> None:
         """Stop owning ``gone``: what this loop tracked of it goes; the records of a batch in hand are dropped."""
@@ -347,7 +466,10 @@ class Stage1Loop:
 
     def _restore(self, partitions: set[int]) -> None:
         """Read changelog ``partitions`` back into the store (JSON key and value, as they were written)."""
-        data, loads, restored = self.processor.store.data, orjson.loads, 0
+        if self.changelog_topic is None or not partitions:
+            return
+        began = time.monotonic()
+        data, loads, restored = self.stage.store.data, orjson.loads, 0
         for _, key, value in read_changelog(self.consumer_config, self.changelog_topic, partitions):
             k = loads(key)
             if value is None:
@@ -355,9 +477,10 @@ class Stage1Loop:
             else:
                 data[k] = loads(value)
             restored += 1
-        self.processor.store.mark_stale()
+        self.stage.store.mark_stale()
         if restored:
-            log.info("stage 1 restored %d changelog record(s) of partition(s) %s", restored, sorted(partitions))
+            log.info("%s restored %d changelog record(s) of partition(s) %s in %.2f s", self.name, restored,
+                     sorted(partitions), time.monotonic() - began)
 
     def _on_stats(self, raw: str) -> None:
         try:

@@ -533,6 +533,14 @@ class EventProcessor:
         self.watermarks.assign((self._source_id(s) for s in new), now)
         self._sources = new
 
+    def listening_resumed(self) -> None:
+        """The worker did not listen for a while (its loop waited out a broker outage): that was not silence.
+
+        No partition may look idle for it: each gets a fresh idle timeout, in which its
+        backlog (fetched meanwhile) arrives and holds it active.
+        """
+        self.watermarks.hold_active((self._source_id(s) for s in self._sources), self._clock_ms())
+
     def _source_id(self, source: Source) -> int:
         sid = self._source_ids.get(source)
         if sid is None:

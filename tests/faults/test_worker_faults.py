@@ -132,6 +132,16 @@ def _partials_of(aggregates: TopicReader, wrong: dict) -> str:
             f"{[(s, counts[s], sorted(slots[s])) for s in list(counts)[:5]]}")
 
 
+def assert_nothing_late_or_dead(bootstrap: str, names: Any, cause: str) -> None:
+    """The late-events and dead-letter topics of ``names`` are empty: ``cause`` turned no event late or bad."""
+    late = TopicReader(bootstrap, names.late_events, "late_event")
+    dead = TopicReader(bootstrap, names.dead_letters, "dead_letter")
+    late.poll(1.0), dead.poll(0.5)
+    late.close(), dead.close()
+    assert late.records == [], f"{len(late.records)} on-time events turned late by {cause}"
+    assert dead.records == [], f"{len(dead.records)} events dead-lettered by {cause}"
+
+
 def assert_exact(aggregates: TopicReader, oracle: Oracle, timeout_s: float, *workers: Worker,
                  group: str | None = None) -> None:
     """Wait until every (bucket, key) of the oracle is aggregated with its exact count; then compare all fields."""
@@ -199,13 +209,8 @@ def test_one_of_two_workers_killed_mid_stream_and_restarted_leaves_every_aggrega
         assert aggregates.until(lambda rs: first in aggregates_by_slot(rs), 90, b), b.tail()
         a.start()  # and back: the partitions move once more
         assert_exact(aggregates, oracle, 150, a, b, group=group)
-        late = TopicReader(kafka_bootstrap, names.late_events, "late_event")
-        dead = TopicReader(kafka_bootstrap, names.dead_letters, "dead_letter")
-        late.poll(1.0), dead.poll(0.5)
-        assert late.records == [], f"{len(late.records)} on-time events turned late by a handover"
-        assert dead.records == []
-        for reader in (aggregates, late, dead):
-            reader.close()
+        aggregates.close()
+        assert_nothing_late_or_dead(kafka_bootstrap, names, "a handover")
     finally:
         a.stop()
         b.stop()

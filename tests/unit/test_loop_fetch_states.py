@@ -1,11 +1,11 @@
-"""Stage 1 judges each partition's fetch state from librdkafka's statistics (streams.worker.stage1.fetch_states)."""
+"""Stage 1 judges each partition's fetch state from librdkafka's statistics (streams.worker.loop.fetch_states)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from streams.worker.processor import FetchState
-from streams.worker.stage1 import fetch_states
+from streams.worker.loop import fetch_states
 
 
 def stats(*, leader_up: bool = True, fetch_state: str = "active", hi: int = 120, next_offset: int = 100) -> dict[str, Any]:

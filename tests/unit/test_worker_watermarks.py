@@ -316,3 +316,22 @@ def test_distinct_events_sharing_an_id_are_all_counted_as_collisions_and_a_resen
     got = merged(outputs)
     label = TimeBuckets("1m").bucket_of(T0).label
     assert {k: got[(label, k)] for k in ("a0", "a1", "b0", "b1")} == {"a0": 20, "a1": 20, "b0": 20, "b1": 20}
+
+
+def test_a_worker_that_did_not_listen_for_a_minute_judges_no_partition_idle_for_it() -> None:
+    """Issue 26: a loop blocked while the broker was down looked like a quiet stream, and its backlog came late."""
+    clock = Clock(T0)
+    p = worker({}, clock, [0, 1])
+    ids = UUIDv7Generator()
+    outputs: list[Output] = []
+    for offset in range(3):
+        outputs += p.handle(message(0, offset, payload("a", T0 + offset, 1.0, str(ids.next())), "a"))
+        outputs += p.handle(message(1, offset, payload("b", T0 + offset, 1.0, str(ids.next())), "b"))
+    clock.now = T0 + 70_000  # the loop waited out an outage: no call for 70 s
+    p.listening_resumed()
+    for offset in range(3, 6):  # partition 0's backlog arrives first, partition 1's a moment later
+        outputs += p.handle(message(0, offset, payload("a", T0 + 68_000 + offset, 1.0, str(ids.next())), "a"))
+    outputs += p.tick().outputs
+    for offset in range(3, 6):
+        outputs += p.handle(message(1, offset, payload("b", T0 + 2_000 + offset, 1.0, str(ids.next())), "b"))
+    assert [o for o in outputs if o.role == "late_events"] == []
