@@ -163,3 +163,15 @@ def test_uuid_text_canonicalises_the_same_without_the_compiled_parser(monkeypatc
     monkeypatch.setattr(hashing, "_COMPILED_LENGTHS", frozenset())
     assert [canonical_key(t) for t in texts] == compiled
     assert compiled == [(_uuid_str_bytes(t) or t.encode()) for t in texts]
+
+
+def test_a_bad_event_time_is_refused_as_the_router_refuses_it_after_the_fast_path_warmed_up() -> None:
+    producer, _ = a_producer()
+    producer.send("warm", ts_ms=T0)
+    producer.send("warm", ts_ms=T0)
+    for bad in ("soon", -1, 2**63, True):
+        with pytest.raises(Exception) as caught:
+            producer.router.route("k", bad)  # type: ignore[arg-type]
+        with pytest.raises(type(caught.value)):
+            producer.send("k", ts_ms=bad)  # type: ignore[arg-type]
+    producer._producer.purge()
