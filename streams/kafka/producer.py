@@ -176,11 +176,13 @@ def key_text(value: object, canonical: bytes) -> str:
 class _Stamper:
     """Hands out (id, id for the salt, time in ms) for events that have no ID.
 
-    UUIDv7 comes from uuid-utils (Rust's ``uuid`` crate, ``Uuid::now_v7``: one shared
-    context per process whose IDs are "guaranteed to be ordered by their creation",
-    a 42-bit counter that keeps the last timestamp when the clock steps back, as
-    :mod:`streams.core.ids.uuidv7` does) at about a tenth of the pure-Python
-    generator's cost: the id is its text, the salt's id the uuid_utils.UUID (the router
+    UUIDv7 comes from uuid-utils (Rust's ``uuid`` crate, ``Uuid::now_v7``: one shared,
+    locked ``ContextV7`` per process whose IDs are documented "guaranteed to be ordered
+    by their creation": RFC 9562 Method 1 with a 42-bit counter reseeded each new
+    millisecond with its top bit clear, the last timestamp kept when the clock steps
+    back, an overflow carried into the timestamp, as :mod:`streams.core.ids.uuidv7`
+    does; uuid-utils reseeds its random source in a forked child) at about a tenth of
+    the pure-Python generator's cost: the id is its text, the salt's id the uuid_utils.UUID (the router
     reads its 16 bytes, only for a split key). With ``compiled=False``, or without uuid-utils, the project's
     own :class:`~streams.core.ids.UUIDv7Generator` stamps: the id is its text, or with
     ``uuid_objects`` a uuid.UUID (orjson writes it as its text in C).
