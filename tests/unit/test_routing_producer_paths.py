@@ -175,3 +175,33 @@ def test_a_bad_event_time_is_refused_as_the_router_refuses_it_after_the_fast_pat
         with pytest.raises(type(caught.value)):
             producer.send("k", ts_ms=bad)  # type: ignore[arg-type]
     producer._producer.purge()
+
+
+def test_the_worker_folds_records_with_the_needed_headers_as_it_folds_records_with_all_five() -> None:
+    from streams.core.config import WorkerSettings
+    from streams.worker.processor import EventProcessor, InMessage, Stage1Store
+
+    settings = WorkerSettings(bucket_width="1m", grace="5s", allowed_delay="1s", idle_timeout="10s",
+                              retention="10m", hot_window_s=1.0, watermark_agreement=1)
+    rng = random.Random(4)
+    keys = [rng.choice(["hot", "cold", f"user-{rng.randrange(30)}"]) for _ in range(600)]
+    times = [T0 + rng.randrange(WIDTH) for _ in keys]
+    ids = [uuid.UUID(int=(ts << 80) | (7 << 76) | (2 << 62) | i) for i, ts in enumerate(times)]
+    folded = []
+    for mode in ("needed", "all"):
+        producer, recorded = a_producer(headers=mode)
+        producer.router.directory.set(b"hot", (2, 4), 12)
+        for key, ts, event_id in zip(keys, times, ids):
+            producer.send(key, 1.5, event_id=event_id, ts_ms=ts)
+        producer._producer.purge()
+        data: dict[str, Any] = {}
+        processor = EventProcessor(settings, Stage1Store(data, lambda p, k, v: None), instance="t",
+                                   clock_ms=lambda: T0 + WIDTH // 2)
+        processor.assign([("events", p) for p in range(12)])
+        outputs = []
+        for offset, (topic, partition, key, _, headers, event) in enumerate(recorded.records):
+            message = InMessage(topic, partition, offset, key, orjson.dumps(event), dict(headers))
+            outputs += processor.handle(message)
+        assert not [o for o in outputs if o.role in ("dead_letters", "late_events")]
+        folded.append(data)
+    assert folded[0] == folded[1] and folded[0]
