@@ -58,7 +58,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -342,6 +342,16 @@ class RoutingProducer:
             self._follower.start()
 
     # -- the per-event path --------------------------------------------------------------
+
+    @overload
+    def send(self, key: object, value: float | None = None, *, event_id: object = None, ts_ms: int | None = None,
+             attributes: Mapping[str, str] | None = None, timeout: float | None = SEND_TIMEOUT_S,
+             want_decision: Literal[True] = True) -> RoutingDecision: ...
+
+    @overload
+    def send(self, key: object, value: float | None = None, *, event_id: object = None, ts_ms: int | None = None,
+             attributes: Mapping[str, str] | None = None, timeout: float | None = SEND_TIMEOUT_S,
+             want_decision: Literal[False]) -> None: ...
 
     def send(
         self,
