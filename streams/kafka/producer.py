@@ -420,8 +420,13 @@ class RoutingProducer:
             headers = self._headers_for(decision, id_kind)
             if decision[7] == UNSPLIT and (hot[0] != decision[4] or hot[2] != epoch or hot[3] != topic):
                 self._warm(decision, counts, epoch)
-        # key_text's commonest case inline: text that is no UUID is itself
-        text = key if key.__class__ is str and (len(key) < 32 or len(canonical) != 16) else key_text(key, canonical)
+        # key_text's two commonest cases inline: text that is no UUID is itself; hyphenated UUID text is lowered
+        if key.__class__ is str and (len(key) < 32 or len(canonical) != 16):
+            text = key
+        elif key.__class__ is str and len(key) == 36:
+            text = key.lower()
+        else:
+            text = key_text(key, canonical)
         record = {"id": id_text, "id_kind": id_kind, "ts_ms": event_ts, "key": text,
                   "value": value, "attributes": attributes or _NO_ATTRIBUTES}
         try:
