@@ -310,9 +310,10 @@ class RoutingProducer:
         self._salt_headers: dict[int, list[tuple[str, bytes]]] = {}
         # "all": (bucket label, map version, salt, id kind) -> the five record headers
         self._header_cache: dict[tuple[str, int, int, str], list[tuple[str, bytes]]] = {}
-        # send's fast path: (bucket start, end, router epoch, topic, home placer, counts, headers,
-        # bucket index, label, map version) of the bucket last routed; empty until a first send
-        self._hot: tuple[Any, ...] = (0, 0, -1, None, None, None, None, 0, "", 0)
+        # send's fast path: bucket index -> (router epoch, topic, home placer, counts, headers, bucket
+        # start, label, map version) of the buckets routed lately (at most _HOT_BUCKETS)
+        self._hots: dict[int, tuple[Any, ...]] = {}
+        self._width_ms = router.buckets.width_ms
         self._lookup = router.directory.lookup
         self._check_partitions = check_partitions
         try:
@@ -392,15 +393,14 @@ class RoutingProducer:
         else:
             id_text, id_salt, id_ms, id_kind = _given_id(event_id)
         event_ts = id_ms if ts_ms is None else ts_ms
-        hot = self._hot
         decision: RoutingDecision | None = None
-        # Fast path, the common case: a key the directory does not place, in the bucket
-        # last routed, under the same maps. The router's own placer for that bucket puts
-        # it where route() would (its home); topic, headers and counts come from the cache.
-        if (event_ts.__class__ is int and hot[0] <= event_ts < hot[1] and self._lookup(canonical) is None
-                and self.router.epoch == hot[2]):
-            topic, counts, headers = hot[3], hot[5], hot[6]
-            partition = hot[4](canonical)
+        # Fast path, the common case: a key the directory does not place, in a bucket routed
+        # lately, under the same maps. The router's own placer for that bucket puts it where
+        # route() would (its home); topic, headers and counts come from the cache.
+        hot = self._hots.get(event_ts // self._width_ms) if event_ts.__class__ is int else None
+        if hot is not None and hot[0] == self.router.epoch and self._lookup(canonical) is None:
+            topic, counts, headers = hot[1], hot[3], hot[4]
+            partition = hot[2](canonical)
             try:
                 n = counts[partition] + 1
             except IndexError:
@@ -418,7 +418,7 @@ class RoutingProducer:
             except IndexError:  # beyond the topic's partitions at its last look (or, unchecked, the maps' at first use)
                 n = self._beyond(counts, decision) + 1
             headers = self._headers_for(decision, id_kind)
-            if decision[7] == UNSPLIT and (hot[0] != decision[4] or hot[2] != epoch or hot[3] != topic):
+            if decision[7] == UNSPLIT and (hot is None or hot[0] != epoch):
                 self._warm(decision, counts, epoch)
         # key_text's two commonest cases inline: text that is no UUID is itself; hyphenated UUID text is lowered
         if key.__class__ is str and (len(key) < 32 or len(canonical) != 16):
@@ -444,7 +444,8 @@ class RoutingProducer:
         if not want_decision:
             return None
         if decision is None:
-            return _decision(RoutingDecision, (topic, partition, canonical, hot[7], hot[0], hot[8], hot[9], UNSPLIT))
+            return _decision(RoutingDecision, (topic, partition, canonical, event_ts // self._width_ms, hot[5],
+                                               hot[6], hot[7], UNSPLIT))
         return decision
 
     def send_many(self, events: Iterable[tuple[object, float | None]], *,
@@ -487,9 +488,12 @@ class RoutingProducer:
         """
         if self._header_mode == "all":
             return
+        hots = self._hots
+        if len(hots) >= _HOT_BUCKETS:
+            hots.clear()
         start = decision[4]
-        self._hot = (start, start + self.router.buckets.width_ms, epoch, decision[0], self.router.placer_for(start),
-                     counts, self._headers_for(decision, self._id_kind), decision[3], decision[5], decision[6])
+        hots[decision[3]] = (epoch, decision[0], self.router.placer_for(start), counts,
+                             self._headers_for(decision, self._id_kind), start, decision[5], decision[6])
 
     def _new_headers(self, label_version_salt_kind: tuple[str, int, int, str]) -> list[tuple[str, bytes]]:
         """The headers of every record in one bucket under one map version, salt and ID kind (cached)."""
@@ -732,6 +736,7 @@ _decision = tuple.__new__  # a RoutingDecision from a tuple of its fields, witho
 _KIND_HEADER = {"uuid7": b"uuid7", "snowflake": b"snowflake"}  # encoded once, not per event
 _NO_ATTRIBUTES: Mapping[str, str] = {}  # shared, never written: encoded as {}
 _HEADER_CACHE_LIMIT = 4096
+_HOT_BUCKETS = 64  # buckets send's fast path remembers (events out of time order hit it too)
 _QUEUE_POLL_S = 0.05  # how long one wait for queue room serves delivery reports
 _REFRESH_S = 1.0  # how often an event routed beyond a topic's partitions looks the count up again
 
