@@ -18,18 +18,19 @@ a wrapper (composition) around ``confluent_kafka.Producer``:
   counted per partition.
 
 Per event, ``send`` does only what the record needs. A key the directory does not
-place, in the bucket the producer last routed, takes a fast path: one dict lookup
-that misses, the router's own placer for that bucket (the same function
-``Router.route`` calls, so the partition is identical; under ``mod`` + ``murmur2`` it
-is Kafka's rule, what librdkafka's ``murmur2_random`` computes), a cached topic and
-header list, and no RoutingDecision unless the caller wants one. Directory keys, a new
-bucket and a new map take the router. The partition is still computed here and passed
-explicitly rather than left to librdkafka's partitioner: librdkafka would place by the
-topic's partition count, which may exceed the map's (a topic grown ahead of a new map,
-which librdkafka picks up at its next metadata refresh, mid-bucket), and the
-per-partition counts of :class:`DeliveryStats` need the partition; computing it
-here (the compiled murmur2 behind a lambda) costs about 0.2 µs of CPU per record. IDs come from uuid-utils
-(see ``_Stamper``) and UUID text keys are parsed by it too.
+place, in one of the last 64 buckets the producer routed (late and out-of-order
+events included), takes a fast path: one dict lookup that misses, the router's own
+placer for that bucket (the same function ``Router.route`` calls, so the partition is
+identical; under ``mod`` + ``murmur2`` it is Kafka's rule, what librdkafka's
+``murmur2_random`` computes), a cached topic and header list, and no RoutingDecision
+unless the caller wants one. Directory keys, a new bucket and a new map
+(``Router.epoch`` changes) take the router. The partition is still computed here and
+passed explicitly rather than left to librdkafka's partitioner: librdkafka would place
+by the topic's partition count, which may exceed the map's (a topic grown ahead of a
+new map, which librdkafka picks up at its next metadata refresh, mid-bucket), and the
+per-partition counts of :class:`DeliveryStats` need the partition; computing it here
+(the compiled murmur2 behind a lambda) costs about 0.2 µs of CPU per record. IDs come
+from uuid-utils (see ``_Stamper``), which also parses UUID text keys.
 
 Delivery accounting costs no Python call per delivered record: librdkafka reports
 failures only (``delivery.report.only.error=true``), and ``delivered`` is what was
