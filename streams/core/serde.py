@@ -32,12 +32,25 @@ from streams.core.errors import SerializationError
 from streams.core.recordcheck import compile_check
 
 __all__ = ["Codec", "AvroCodec", "JsonCodec", "codec_for", "load_schema", "schema_files", "CONTENT_TYPE", "Format",
-           "PAYLOAD", "CONTENT_TYPE_FIELD"]
+           "PAYLOAD", "CONTENT_TYPE_FIELD", "SCHEMA_HEADER", "SCHEMA_VERSIONS", "schema_header"]
 
 Format = Literal["avro", "json"]
 
 #: Value of the ``content-type`` header a producer sets, per format.
 CONTENT_TYPE: dict[str, bytes] = {"avro": b"application/vnd.streams+avro", "json": b"application/json"}
+
+#: The header that names the schema and version a record of the project's topics carries
+#: (``streams-schema: aggregate/1``), so a reader (``streams tail``, kcat, a Java consumer)
+#: knows how to decode its schemaless Avro without a schema registry.
+SCHEMA_HEADER = "streams-schema"
+#: The current version of each schema in ``schemas/`` (earlier versions still decode, see EARLIER_VERSIONS).
+SCHEMA_VERSIONS: dict[str, int] = {"event": 1, "aggregate": 1, "bucket_closed": 1, "dead_letter": 2,
+                                   "late_event": 2, "hot_key_notice": 2, "routing_map": 1}
+
+
+def schema_header(name: str) -> tuple[str, bytes]:
+    """The ``streams-schema`` header of a record written with schema ``name`` at its current version."""
+    return SCHEMA_HEADER, f"{name}/{SCHEMA_VERSIONS[name]}".encode()
 
 
 def schema_files() -> Traversable:

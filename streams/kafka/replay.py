@@ -30,7 +30,7 @@ from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 from streams.core.aggregate import Stats
 from streams.core.errors import ConsumeError, DeliveryError, SerializationError
 from streams.core.partials import LATE_SLOT, partial_record
-from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec
+from streams.core.serde import CONTENT_TYPE, AvroCodec, JsonCodec, schema_header
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.clients import new_consumer, new_producer
@@ -199,7 +199,8 @@ def replay_late(client_config: Mapping[str, Any], late_topic: str, partials_topi
         bucket = buckets.bucket_of(start)
         labels.add(bucket.label)
         producer.produce(partials_topic, codec.encode(partial_record(bucket, key, LATE_SLOT, stats, final=True)),
-                         key.encode(), on_delivery=lambda err, _m: failures.append(str(err)) if err else None)
+                         key.encode(), on_delivery=lambda err, _m: failures.append(str(err)) if err else None,
+                         headers=[schema_header("aggregate")])
         producer.poll(0)
     if producer.flush(30) or failures:
         raise DeliveryError(f"writing corrections to {partials_topic!r} failed: {failures[:1] or 'flush timed out'}")

@@ -58,7 +58,7 @@ from streams.core.hotkeys.decider import BalanceDecider
 from streams.core.routing.directory import notice_headers
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.router import Router, RoutingMap
-from streams.core.serde import AvroCodec
+from streams.core.serde import AvroCodec, schema_header
 from streams.core.time.buckets import TimeBuckets, parse_duration
 from streams.core.validate import BUCKET_PLACEHOLDER, require_duration
 from streams.kafka.admin import (
@@ -207,10 +207,12 @@ class Worker:
             send=self._publish, on_failure=self.on_failure, incremental=incremental, tick_s=tick_s)
 
     def _send(self, output: Output, writer: KafkaWriter) -> None:
+        """Encode ``output`` with its role's schema and write it, with the header naming that schema."""
         codec = self._codecs.get(output.role)
         if codec is None:
             codec = self._codecs[output.role] = AvroCodec(_SCHEMA_OF_ROLE[output.role])
-        writer.write(getattr(self.topics, output.role), output.key, codec.encode(output.record))
+        writer.write(getattr(self.topics, output.role), output.key, codec.encode(output.record),
+                     headers=_HEADERS_OF_ROLE[output.role])
         self.metrics.sent(output.role)
 
     def _publish(self, output: Output) -> None:
@@ -228,6 +230,7 @@ class Worker:
 
 _SCHEMA_OF_ROLE = {"late_events": "late_event", "dead_letters": "dead_letter", "partials": "aggregate",
                    "aggregates": "aggregate", "bucket_closed": "bucket_closed"}
+_HEADERS_OF_ROLE = {role: [schema_header(schema)] for role, schema in _SCHEMA_OF_ROLE.items()}
 
 
 def _changelog(topic: str, writer: KafkaWriter) -> Callable[[int, str, Any], None]:
