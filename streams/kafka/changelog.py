@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from streams.core.errors import DeliveryError
 from streams.kafka.clients import new_consumer
@@ -20,6 +20,10 @@ from streams.kafka.clients import new_consumer
 __all__ = ["read_changelog"]
 
 BATCH = 5000
+#: Errors a restore waits out (up to its timeout): the cluster is settling, not refusing.
+_PASSING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                      KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_COORDINATOR, KafkaError._UNKNOWN_PARTITION})
 
 
 def read_changelog(client_config: Mapping[str, Any], topic: str, partitions: Iterable[int], *,
@@ -36,17 +40,14 @@ def read_changelog(client_config: Mapping[str, Any], topic: str, partitions: Ite
                              "enable.partition.eof": False, "auto.offset.reset": "earliest"})
     try:
         ends: dict[int, int] = {}
+        deadline = time.monotonic() + timeout_s
         for p in wanted:
-            try:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=min(10.0, timeout_s))
-            except KafkaException as exc:
-                raise DeliveryError(f"cannot read the end of changelog {topic}[{p}]: {exc}") from None
+            low, high = _watermarks(consumer, topic, p, deadline)
             if high > low:
                 ends[p] = high
         if not ends:
             return
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        deadline = time.monotonic() + timeout_s
         while ends:
             if time.monotonic() > deadline:
                 raise DeliveryError(f"changelog {topic} partitions {sorted(ends)} not read to their end "
@@ -54,7 +55,9 @@ def read_changelog(client_config: Mapping[str, Any], topic: str, partitions: Ite
             for msg in consumer.consume(BATCH, 0.5):
                 err = msg.error()
                 if err is not None:
-                    raise DeliveryError(f"reading changelog {topic}: {err}")
+                    if err.fatal() or not (err.retriable() or err.code() in _PASSING):
+                        raise DeliveryError(f"reading changelog {topic}: {err}")
+                    continue  # the cluster settling: the deadline bounds the wait
                 p, offset = msg.partition(), msg.offset()
                 end = ends.get(p)
                 if end is None or offset >= end:
@@ -68,3 +71,19 @@ def read_changelog(client_config: Mapping[str, Any], topic: str, partitions: Ite
                     ends.pop(tp.partition, None)
     finally:
         consumer.close()
+
+
+def _watermarks(consumer: Any, topic: str, partition: int, deadline: float) -> tuple[int, int]:
+    """``partition``'s low and high watermark, retrying what passes by itself (a leader not known yet
+    on a topic just created, a leader moving, a broker restarting) until ``deadline``."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            passing = isinstance(err, KafkaError) and (err.retriable() or err.code() in _PASSING)
+            if not passing or time.monotonic() >= deadline:
+                raise DeliveryError(f"cannot read the end of changelog {topic}[{partition}]: {exc}") from None
+            time.sleep(0.2)  # back off before asking the cluster again

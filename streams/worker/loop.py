@@ -470,7 +470,8 @@ class ConsumerLoop:
             return
         began = time.monotonic()
         data, loads, restored = self.stage.store.data, orjson.loads, 0
-        for _, key, value in read_changelog(self.consumer_config, self.changelog_topic, partitions):
+        for _, key, value in read_changelog(self.consumer_config, self.changelog_topic, partitions,
+                                            timeout_s=max(60.0, self.writer.outage_s)):
             k = loads(key)
             if value is None:
                 data.pop(k, None)
