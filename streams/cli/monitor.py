@@ -46,7 +46,10 @@ examples:
   streams monitor --group streams-worker-events --interval 5s --hot-keys-topic my.hot-keys --events-topic my.events
 
 Hot keys come from the compacted hot-keys topic: the latest notice per key, a
-tombstone removes the key, malformed records are counted, never shown. Rates are
+tombstone removes the key, malformed records are counted, never shown. A key's
+rate is its share of the events topic's rate now (at most what its partitions
+received), so rate and share agree; a placed key whose partitions received
+nothing (its producers stopped) is counted, not listed. Rates are
 end-offset deltas of the events topic per interval; lag is end offset minus the
 group's committed offset (- when the group has committed nothing). The routing
 map in force and the next scheduled one (with the UTC start of its first bucket)
@@ -56,6 +59,8 @@ line per interval.
 """
 
 _HOT_HEADERS = ("key", "home", "partitions", "rate/s", "share", "placed since", "decider")
+#: Why the hot-keys table's rate and share agree with events/s: see streams.kafka.monitor.key_stats.
+_HOT_NOTE = "rate/s: the key's share of events/s now, at most what its partitions received"
 _PARTITION_HEADERS = ("partition", "end offset", "msgs/s", "committed", "lag")
 _BUCKET_HEADERS = ("bucket topic", "bucket", "partitions", "end offset", "lag")
 
@@ -213,14 +218,21 @@ def _map_text(m: RoutingMap) -> str:
 
 
 def _hot_rows(s: Snapshot, top: int) -> tuple[list[tuple[object, ...]], str]:
+    """The placed keys with traffic now, highest rate first; idle ones (producers stopped) only counted."""
+    live = [k for k in s.key_stats if not k.idle]
+    idle = len(s.hot_keys) - len(live)
     rows: list[tuple[object, ...]] = [
         (notice_display(n), n.home,
          ("move -> " if n.split_factor == 1 else f"split {n.split_factor}: ") + ",".join(map(str, n.placement)),
-         n.estimated_rate, f"{n.share * 100:.1f}%",
+         None if k.rate is None else round(k.rate, 1), None if k.share is None else f"{k.share * 100:.1f}%",
          f"{_when(n.hot_since_ms)} ({_ago(n.hot_since_ms, s.taken_at_ms)} ago)", n.detector)
-        for n in s.hot_keys[:top]]
-    hidden = len(s.hot_keys) - len(rows)
-    return rows, (f"... and {hidden} more (--top, --json)" if hidden > 0 else "")
+        for k in live[:top] for n in (k.notice,)]
+    notes = [f"... and {len(live) - len(rows)} more (--top, --json)"] if len(live) > len(rows) else []
+    if idle:
+        notes.append(f"{idle} placed key(s) without traffic now, not listed")
+    if rows:
+        notes.append(_HOT_NOTE)
+    return rows, "; ".join(notes)
 
 
 def _partition_rows(s: Snapshot) -> list[tuple[object, ...]]:
@@ -234,7 +246,7 @@ def _bucket_rows(s: Snapshot) -> list[tuple[object, ...]]:
 def _print_plain(s: Snapshot, top: int) -> None:
     print_fields("streams monitor", _summary(s))
     hot, note = _hot_rows(s, top)
-    print_table("hot keys", _HOT_HEADERS, hot, note=note or ("no hot keys" if not hot else ""))
+    print_table("hot keys", _HOT_HEADERS, hot, note=note if hot else "no hot keys" + (f" ({note})" if note else ""))
     print_table(f"events partitions, group {s.group}", _PARTITION_HEADERS, _partition_rows(s))
     if s.bucket_topics:
         print_table(f"bucket topics, group {s.group}", _BUCKET_HEADERS, _bucket_rows(s))
@@ -260,7 +272,7 @@ def _render(s: Snapshot, top: int, error: str | None, interval: float) -> Any:
     parts: list[Any] = [head]
     if error:
         parts.append(Text(f"error: {error} (showing the last snapshot)", style="bold red"))
-    parts.append(table("hot keys", _HOT_HEADERS, hot, note or ("no hot keys" if not hot else "")))
+    parts.append(table("hot keys", _HOT_HEADERS, hot, note if hot else "no hot keys" + (f" ({note})" if note else "")))
     parts.append(table(f"events partitions, group {s.group}", _PARTITION_HEADERS, _partition_rows(s)))
     if s.bucket_topics:
         parts.append(table(f"bucket topics, group {s.group}", _BUCKET_HEADERS, _bucket_rows(s)))

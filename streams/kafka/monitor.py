@@ -53,7 +53,8 @@ from streams.kafka.admin import TopicNotFoundError
 from streams.kafka.clients import new_consumer
 from streams.kafka.maps import read_maps
 
-__all__ = ["BucketTopicStat", "Monitor", "NoticeFold", "PartitionStat", "Snapshot", "partition_stats", "notice_display"]
+__all__ = ["BucketTopicStat", "KeyStat", "Monitor", "NoticeFold", "PartitionStat", "Snapshot", "key_stats",
+           "partition_stats", "notice_display"]
 
 _UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
                           KafkaError._RESOLVE})
@@ -147,6 +148,48 @@ def partition_stats(ends: Mapping[int, int], committed: Mapping[int, int], previ
     return tuple(out)
 
 
+class KeyStat(NamedTuple):
+    """A placed key as the broker sees it now: its ``notice``, ``rate`` (events/s) and ``share`` (0..1)
+    of the events topic's rate since the previous snapshot (both None on the first snapshot).
+
+    ``rate`` is the notice's share applied to the topic's rate now, capped by what its
+    partitions (placement and hash home) received: so ``share == rate / total`` always,
+    and a key whose partitions got nothing has rate 0 (``idle``).
+    """
+
+    notice: HotKeyNotice
+    rate: float | None
+    share: float | None
+
+    @property
+    def idle(self) -> bool:
+        """No traffic reached the key's partitions since the previous snapshot."""
+        return self.rate == 0.0
+
+
+def key_stats(notices: Iterable[HotKeyNotice], partitions: Iterable[PartitionStat]) -> tuple[KeyStat, ...]:
+    """Each notice's :class:`KeyStat` against the partition rates; highest rate now first.
+
+    A notice's ``estimated_rate`` and ``share`` are what the decider measured when it
+    placed the key, from what the worker read then: next to the topic's rate now the
+    two disagree as soon as traffic changed or the worker lagged (``22 events/s`` shown
+    as ``8 %`` of ``803 events/s``). The share is kept (a fraction, whatever the scale)
+    and the rate is derived from the topic's rate now, never shown stale.
+    """
+    rates = {s.partition: s.rate for s in partitions}
+    known = bool(rates) and None not in rates.values()
+    total = sum(r for r in rates.values() if r is not None) if known else None
+    out = []
+    for n in notices:
+        if total is None:
+            out.append(KeyStat(n, None, None))
+            continue
+        reach = sum(rates.get(p) or 0.0 for p in {*n.placement, n.home})
+        rate = min(n.share * total, reach)
+        out.append(KeyStat(n, rate, rate / total if total > 0 else 0.0))
+    return tuple(sorted(out, key=lambda k: (-(k.rate or 0.0), -k.notice.estimated_rate, k.notice.key)))
+
+
 class BucketTopicStat(NamedTuple):
     """One bucket topic of a per-bucket events template: its bucket, size and the group's lag on it.
 
@@ -205,6 +248,11 @@ class Snapshot:
         return max(r for r in rates if r is not None) * len(rates) / total if total > 0 else None
 
     @property
+    def key_stats(self) -> tuple[KeyStat, ...]:
+        """The placed keys with their rate and share now (see :func:`key_stats`), idle ones included."""
+        return key_stats(self.hot_keys, self.partitions)
+
+    @property
     def total_rate(self) -> float | None:
         """Messages/s into the events topic, over every partition (None without a previous snapshot)."""
         rates = [s.rate for s in self.partitions]
@@ -217,16 +265,28 @@ class Snapshot:
         return sum(lags) if lags else None
 
     def to_record(self) -> dict[str, Any]:
-        """A JSON-friendly dict (key bytes as hex next to their display text)."""
+        """A JSON-friendly dict (key bytes as hex next to their display text).
+
+        ``hot_keys.keys`` are the placed keys with traffic now (or all of them on a first
+        snapshot), ``rate``/``share`` now next to the notice's ``estimated_rate``/
+        ``share_at_placement``; ``hot_keys.idle`` the placed keys whose partitions got
+        nothing since the previous snapshot (their producers stopped), without rates.
+        """
+        stats = self.key_stats
         return {
             "taken_at_ms": self.taken_at_ms,
             "hot_keys": {
                 "topic": self.hot_keys_topic, "found": self.hot_keys_found, "records": self.notices_read,
                 "tombstones": self.tombstones, "malformed": self.malformed,
-                "keys": [{"key": notice_display(n), "key_hex": n.key.hex(), "split_factor": n.split_factor, "placement": list(n.placement), "home": n.home,
-                          "estimated_rate": n.estimated_rate, "share": n.share, "hot_since_ms": n.hot_since_ms,
-                          "detected_at_ms": n.detected_at_ms, "partitions": n.partitions,
-                          "map_version": n.map_version, "detector": n.detector} for n in self.hot_keys],
+                "keys": [{"key": notice_display(n), "key_hex": n.key.hex(), "split_factor": n.split_factor,
+                          "placement": list(n.placement), "home": n.home, "rate": k.rate, "share": k.share,
+                          "estimated_rate": n.estimated_rate, "share_at_placement": n.share,
+                          "hot_since_ms": n.hot_since_ms, "detected_at_ms": n.detected_at_ms,
+                          "partitions": n.partitions, "map_version": n.map_version, "detector": n.detector}
+                         for k in stats if not k.idle for n in (k.notice,)],
+                "idle": [{"key": notice_display(k.notice), "key_hex": k.notice.key.hex(),
+                          "placement": list(k.notice.placement), "detected_at_ms": k.notice.detected_at_ms}
+                         for k in stats if k.idle],
             },
             "events": {
                 "topic": self.events_topic, "found": self.events_found, "group": self.group,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from test_cli_broker import (
@@ -106,13 +108,13 @@ def test_monitor_once_json_shows_exactly_the_live_hot_keys_the_malformed_count_o
                                "--events-topic", events, "--group", group, "--once", "--json", "--interval", "300ms"))
 
     hot_keys = snapshot["hot_keys"]
-    assert {k["key"]: k["split_factor"] for k in hot_keys["keys"]} == {"alpha": 6, "beta": 3, "delta": 5}
-    assert hot_keys["keys"][0]["placement"] == [11, 0, 3, 5, 7, 9]
+    assert hot_keys["keys"] == [], "nothing was produced during the interval: every placed key is idle"
+    idle = hot_keys["idle"]
+    assert [k["key"] for k in idle] == ["alpha", "beta", "delta"], "highest rate at placement first"
+    assert idle[0]["placement"] == [11, 0, 3, 5, 7, 9]
     beta_home = kafka_partition(b"beta", 12)  # a version 1 notice: k consecutive partitions from the hash home
-    assert hot_keys["keys"][1]["placement"] == [(beta_home + i) % 12 for i in range(3)]
-    assert [k["key"] for k in hot_keys["keys"]] == ["alpha", "beta", "delta"], "highest rate first"
+    assert idle[1]["placement"] == [(beta_home + i) % 12 for i in range(3)]
     assert (hot_keys["records"], hot_keys["tombstones"], hot_keys["malformed"]) == (7, 1, 1)
-    assert hot_keys["keys"][0]["hot_since_ms"] == now - 30_000
     partitions = {p["partition"]: p for p in snapshot["events"]["partitions"]}
     assert {p: s["end_offset"] for p, s in partitions.items()} == {0: 7, 1: 3, 2: 0}
     assert {p: (s["committed"], s["lag"]) for p, s in partitions.items()} == {
@@ -123,8 +125,46 @@ def test_monitor_once_json_shows_exactly_the_live_hot_keys_the_malformed_count_o
     text = streams("monitor", "--bootstrap-server", kafka_bootstrap, "--hot-keys-topic", hot,
                    "--events-topic", events, "--group", f"never-{uuid.uuid4().hex[:8]}", "--once", "--interval", "100ms")
     assert text.returncode == 0, text.stderr
-    assert "alpha" in text.stdout and "gamma" not in text.stdout and "junk" not in text.stdout
-    assert "malformed notices  1" in text.stdout
+    assert "3 placed key(s) without traffic now, not listed" in text.stdout
+    assert "alpha" not in text.stdout and "gamma" not in text.stdout and "junk" not in text.stdout
+    assert re.search(r"^malformed notices +1$", text.stdout, re.M)
+
+
+def test_monitor_shows_a_keys_rate_as_its_share_of_the_traffic_now_and_drops_a_key_whose_traffic_stopped(
+        kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
+    hot = make_topic("mon-hot", 1, {"cleanup.policy": "compact"})
+    events = make_topic("mon-events", 4)
+    now = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    # Placed when the worker measured 22 events/s as 8 % of the traffic; "gone" stopped long ago.
+    for key, placement, home, rate, share in (("live", [1], 0, 22.045, 0.08), ("gone", [3], 3, 500.0, 0.5)):
+        record = AvroCodec("hot_key_notice").encode({
+            "key": key.encode(), "key_display": key, "placement": placement, "home": home, "estimated_rate": rate,
+            "share": share, "partitions": 4, "detected_at_ms": now, "hot_since_ms": now - 30_000,
+            "map_version": 1, "detector": "test-detector"})
+        producer.produce(hot, record, key.encode(), headers=notice_headers())
+    assert producer.flush(30) == 0
+    monitor = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "monitor", "--bootstrap-server", kafka_bootstrap, "--hot-keys-topic",
+         hot, "--events-topic", events, "--once", "--json", "--interval", "3s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")})
+    deadline = time.monotonic() + 6
+    while monitor.poll() is None and time.monotonic() < deadline:  # traffic on partitions 0..2, none on 3
+        for i in range(200):
+            producer.produce(events, b"{}", b"k%d" % i, partition=i % 3)
+        producer.flush(10)
+        time.sleep(0.1)
+    out, err = monitor.communicate(timeout=60)
+    assert monitor.returncode == 0, err
+    snapshot = orjson.loads(out)
+    total = snapshot["events"]["total_rate"]
+    [live] = snapshot["hot_keys"]["keys"]
+    assert live["key"] == "live" and total > 0
+    assert abs(live["share"] - live["rate"] / total) < 1e-9, "rate and share agree with events/s"
+    assert abs(live["rate"] - min(0.08 * total, sum(p["rate"] for p in snapshot["events"]["partitions"]
+                                                   if p["partition"] in (0, 1)))) < 1e-6
+    assert [k["key"] for k in snapshot["hot_keys"]["idle"]] == ["gone"]
 
 
 def test_monitor_once_names_a_missing_topic_in_one_error_line(kafka_bootstrap: str) -> None:

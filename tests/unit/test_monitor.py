@@ -108,3 +108,54 @@ def test_a_snapshot_shows_the_partition_balance_and_directory_changes_per_minute
                      tombstones=0, malformed=0, events_topic="e", events_found=True, group="g",
                      partitions=partition_stats({0: 10}, {}, None, None), elapsed_s=None)
     assert first.balance is None and first.directory_changes_per_min is None
+
+
+def _stats_snapshot(hot: tuple, ends: dict[int, int], before: dict[int, int] | None) -> Snapshot:
+    return Snapshot(taken_at_ms=5, hot_keys_topic="h", hot_keys_found=True, hot_keys=hot, notices_read=len(hot),
+                    tombstones=0, malformed=0, events_topic="e", events_found=True, group="g",
+                    partitions=partition_stats(ends, {}, before, None if before is None else 1.0),
+                    elapsed_s=None if before is None else 1.0)
+
+
+def test_a_keys_rate_and_share_agree_with_the_topics_rate_now_not_the_rate_measured_at_placement() -> None:
+    # Placed when the worker read 275 events/s (22.045 events/s, 8 %); the topic now takes 803 events/s.
+    fold = NoticeFold()
+    fold.apply(b"a", notice(b"a", 2, rate=22.045, share=0.08), HEADERS)  # placement 7, 6; home 0
+    ends = {p: 1000 for p in range(8)}
+    snap = _stats_snapshot(fold.current(), {p: e + (403 if p == 7 else 400 if p == 6 else 0) for p, e in ends.items()},
+                           ends)
+    [stat] = snap.key_stats
+    assert snap.total_rate == 803.0
+    assert stat.rate is not None and stat.share is not None
+    assert abs(stat.rate - 0.08 * 803) < 1e-9 and abs(stat.share - stat.rate / 803) < 1e-12
+    record = snap.to_record()["hot_keys"]["keys"][0]
+    assert (record["rate"], record["share"], record["estimated_rate"]) == (stat.rate, stat.share, 22.045)
+
+
+def test_a_key_whose_partitions_received_nothing_is_idle_and_not_listed_with_its_old_rate() -> None:
+    fold = NoticeFold()
+    fold.apply(b"gone", notice(b"gone", 2, rate=500.0, share=0.5), HEADERS)   # placement 7, 6; home 0
+    fold.apply(b"busy", notice(b"busy", 1, rate=10.0, share=0.2, placement=[3], home=2), HEADERS)
+    before = {p: 0 for p in range(8)}
+    snap = _stats_snapshot(fold.current(), {**before, 3: 50, 1: 50}, before)
+    by_key = {k.notice.key: k for k in snap.key_stats}
+    assert by_key[b"gone"].idle and by_key[b"gone"].rate == 0.0
+    assert not by_key[b"busy"].idle and by_key[b"busy"].rate == 0.2 * 100
+    hot = snap.to_record()["hot_keys"]
+    assert [k["key"] for k in hot["keys"]] == ["busy"] and [k["key"] for k in hot["idle"]] == ["gone"]
+
+
+def test_a_share_is_capped_by_what_the_keys_partitions_received() -> None:
+    fold = NoticeFold()
+    fold.apply(b"a", notice(b"a", 1, share=0.9, placement=[5], home=4), HEADERS)
+    before = {p: 0 for p in range(8)}
+    [stat] = _stats_snapshot(fold.current(), {**before, 5: 10, 1: 90}, before).key_stats
+    assert (stat.rate, stat.share) == (10.0, 0.1)
+
+
+def test_the_first_snapshot_lists_every_placed_key_without_a_rate() -> None:
+    fold = NoticeFold()
+    fold.apply(b"a", notice(b"a"), HEADERS)
+    snap = _stats_snapshot(fold.current(), {0: 5}, None)
+    assert [(k.rate, k.share, k.idle) for k in snap.key_stats] == [(None, None, False)]
+    assert [k["key"] for k in snap.to_record()["hot_keys"]["keys"]] == ["a"]
