@@ -29,7 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import uuid6  # noqa: E402
+try:
+    import uuid6  # the bench extra: make bench installs it
+except ImportError:
+    sys.exit("bench_ids.py compares with uuid6: pip install -e '.[bench]' (make bench does)")
 import uuid_utils  # noqa: E402
 import uuid_utils.compat  # noqa: E402
 

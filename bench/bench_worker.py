@@ -53,6 +53,7 @@ import orjson  # noqa: E402
 from common import broker, stop  # noqa: E402
 from confluent_kafka import ConsumerGroupState, KafkaException, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from peers import peer_python  # noqa: E402
 
 from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec
@@ -428,7 +429,7 @@ def main() -> int:
                          f"{group}.aggregates", streams_aggregate, f"{group}-events")
         group = f"bench-{tag}-quix"
         quix = timed_row(run, "Quix", "Quix Streams: tumbling 1 min window, sum + count, RocksDB + changelog",
-                         [sys.executable, str(APPS / "quix_app.py")],
+                         [str(peer_python("quix")), str(APPS / "quix_app.py")],
                          [{"STREAMS_BOOTSTRAP_SERVERS": bootstrap, "STREAMS_EVENTS": topic, "QUIX_GROUP": group,
                            "QUIX_OUTPUT": f"{group}.windows", "QUIX_STATE_DIR": "state"}], group,
                          f"{group}.windows", quix_window)

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh machine, safe to repeat (fast when nothing changed):
-# a virtualenv with the package and its extras, the system tools the tests use,
-# and the Kafka broker's jars from Maven Central.
+# the system tools the tests use, the Kafka broker's jars from Maven Central, and
+#
+#   scripts/setup.sh        .venv: the package (editable) with its test and docs extras,
+#                           each dependency at the newest version it allows: what
+#                           `pip install streams-partitioner` gives a user today;
+#   scripts/setup.sh min    also .venv-min: the same, every dependency pinned to the
+#                           minimum pyproject.toml declares (scripts/min_versions.py);
+#   scripts/setup.sh bench  also the bench extra in .venv and the benchmark peers'
+#                           own environments (.venv-peers/, bench/peers.py).
+#
+# Nothing a benchmark alone needs goes into .venv if it could move a version there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
+VENV_MIN=${VENV_MIN:-.venv-min}
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
@@ -29,14 +39,45 @@ need mvn || apt_install maven
 # docker-compose 1.29 validates docker-compose.yml without a Docker engine (a test runs it).
 need docker-compose || apt_install docker-compose
 
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
+stale() { [ ! -f "$1" ] || [ pyproject.toml -nt "$1" ]; }  # stamp older than pyproject.toml?
+
+new_venv() {  # DIR: a virtualenv with a current pip, if there is none
+  if [ ! -x "$1/bin/python" ]; then
+    "$PYTHON" -m venv "$1"
+    "$1/bin/pip" install -q --upgrade pip
+  fi
+}
+
+new_venv "$VENV"
+if stale "$VENV/.streams-installed"; then
+  # Quix Streams came with the bench extra until it held confluent-kafka below 2.13
+  # here; it lives in .venv-peers/quix now.
+  if "$VENV/bin/pip" show -q quixstreams >/dev/null 2>&1; then "$VENV/bin/pip" uninstall -q -y quixstreams; fi
+  # eager: an existing .venv moves to the newest versions too, as a fresh install would.
+  "$VENV/bin/pip" install -q --upgrade --upgrade-strategy eager -e ".[test,docs]"
+  touch "$VENV/.streams-installed"
 fi
-stamp="$VENV/.streams-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$VENV/bin/pip" install -q -e ".[test,bench,docs]"
-  touch "$stamp"
-fi
+
+case "${1:-}" in
+  min)
+    # Made anew when pyproject.toml changes, so no version from an earlier pin stays.
+    if stale "$VENV_MIN/.streams-installed"; then
+      rm -rf "$VENV_MIN"
+      new_venv "$VENV_MIN"
+      "$VENV/bin/python" scripts/min_versions.py test docs >"$VENV_MIN/constraints.txt"
+      "$VENV_MIN/bin/pip" install -q -c "$VENV_MIN/constraints.txt" -e ".[test,docs]"
+      touch "$VENV_MIN/.streams-installed"
+    fi
+    ;;
+  bench)
+    if stale "$VENV/.streams-bench-installed"; then
+      "$VENV/bin/pip" install -q -e ".[bench]"
+      touch "$VENV/.streams-bench-installed"
+    fi
+    "$VENV/bin/python" bench/peers.py >/dev/null
+    ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [min|bench]" >&2; exit 2 ;;
+esac
 
 "$VENV/bin/python" scripts/kafka_local.py fetch >/dev/null
