@@ -90,6 +90,7 @@ COMMANDS: list[str] = [
     "streams.cli.worker",
     "streams.cli.monitor",
     "streams.cli.replay",
+    "streams.cli.tail",
 ]
 # ----------------------------------------------------------------------------------------
 
