@@ -11,6 +11,9 @@ flags and prints.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+from typing import Any
 
 from streams.cli import (
     HelpFormatter,
@@ -199,12 +202,13 @@ def run(args: argparse.Namespace) -> int:
     policy = policy_from(args, args.partitions)
     report = simulate(keys, partitions=args.partitions, placement=args.placement, hash=args.hash,
                       window_s=args.window_s, policy=policy, source=source)
-    if args.plot:
-        _plot(report, args.plot)
+    written = _plot(report, args.plot) if args.plot else None
     if args.json:
         print_json(report.to_record())
     else:
         _print_report(report)
+    if written is not None:  # stdout stays JSON with --json
+        print(f"plot written to {written}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -291,24 +295,44 @@ def _require_matplotlib() -> None:
         raise StreamsError("--plot needs matplotlib: pip install 'streams-partitioner[plot]'") from None
 
 
-def _plot(r: SimulationReport, path: str) -> None:
+def _plot(r: SimulationReport, path: str) -> Path:
+    """Draw :func:`plot_figure` to ``path``; returns the file's absolute path."""
+    import matplotlib.pyplot as plt
+
+    fig = plot_figure(r)
+    target = Path(path).resolve()
+    fig.savefig(target, bbox_inches="tight", dpi=120)
+    plt.close(fig)
+    return target
+
+
+def plot_figure(r: SimulationReport) -> Any:
+    """The partition loads before and after the directory as a matplotlib Figure (Agg backend).
+
+    The title sits on two lines (the workload's description can be long) and the
+    legend under the axes, so neither is cut off or covers a bar; the figure widens
+    with the partition count (up to 24 inches) and labels every partition up to 64.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     partitions = range(r.partitions)
-    fig, ax = plt.subplots(figsize=(max(6.0, r.partitions * 0.35), 4.0))
+    fig, ax = plt.subplots(figsize=(min(24.0, max(7.0, r.partitions * 0.45)), 5.0))
     width = 0.4
     ax.bar([p - width / 2 for p in partitions], r.before.counts, width,
            label=f"hash only (max/mean {r.before.max_over_mean:.2f})")
     ax.bar([p + width / 2 for p in partitions], r.after.counts, width,
-           label=f"with directory, {len(r.placed)} keys (max/mean {r.after.max_over_mean:.2f})")
+           label=f"with directory, {len(r.placed)} keys placed (max/mean {r.after.max_over_mean:.2f})")
     ax.axhline(r.before.mean, color="grey", linestyle="--", linewidth=1, label="mean")
+    if r.partitions <= 64:
+        ax.set_xticks(list(partitions))
+        ax.tick_params(axis="x", labelsize=8 if r.partitions > 24 else 10)
+    ax.set_xlim(-0.6, r.partitions - 0.4)
     ax.set_xlabel("partition")
     ax.set_ylabel("events")
-    ax.set_title(f"{r.source}: {r.partitions} partitions, {r.placement} + {r.hash}")
-    ax.legend()
+    ax.set_title(f"{r.source}\n{r.partitions} partitions, {r.placement} + {r.hash}", fontsize=10, wrap=True)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=9, frameon=False)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig

@@ -186,6 +186,29 @@ def test_simulate_plot_draws_a_png_or_says_matplotlib_is_missing(tmp_path: Path)
     else:
         assert result.returncode == 0, result.stderr
         assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert result.stdout.splitlines()[-1] == f"plot written to {target.resolve()}"
+        as_json = streams("simulate", "--events", "2000", "--json", "--plot", str(target))
+        assert orjson.loads(as_json.stdout)["partitions"] == 12, "stdout stays JSON"
+        assert f"plot written to {target.resolve()}" in as_json.stderr
+
+
+def test_the_simulate_plot_keeps_its_title_in_the_figure_and_its_legend_off_the_bars() -> None:
+    if importlib.util.find_spec("matplotlib") is None:  # the 'plot' extra; the line above tests its absence
+        return
+    from streams.cli.simulate import plot_figure
+    from streams.core.simulate import simulate
+
+    keys = generate_keys(Workload(distribution="zipf", keys=1000, seed=0), 20_000)
+    for partitions in (12, 48):
+        fig = plot_figure(simulate(keys, partitions=partitions, source="zipf(keys=1000, s=1.1, seed=0) " * 2))
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        figure_box = fig.bbox
+        title = ax.title.get_window_extent(renderer)
+        assert figure_box.x0 <= title.x0 and title.x1 <= figure_box.x1 and title.y1 <= figure_box.y1
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert not legend.overlaps(ax.get_window_extent(renderer)), "the legend sits outside the axes"
 
 
 def test_an_out_of_range_flag_value_gives_one_line_naming_the_field() -> None:
