@@ -122,6 +122,10 @@ share.coordinator.state.topic.replication.factor={replicas}
 share.coordinator.state.topic.min.isr={min_isr}
 # Tests join groups often; do not wait 3 s for more members.
 group.initial.rebalance.delay.ms=0
+# KIP-848 consumer groups: members heartbeat every second (default 5 s), so a member that joins or
+# leaves gets its partitions, or its partitions get a new owner, within about a second.
+group.consumer.heartbeat.interval.ms=1000
+group.consumer.min.heartbeat.interval.ms=1000
 # Compaction runs on a single node too; check often so compacted topics settle fast.
 log.cleaner.enable=true
 log.cleaner.backoff.ms=1000

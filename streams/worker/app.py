@@ -42,6 +42,7 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -162,11 +163,13 @@ class Worker:
             loop.start()
 
     def stop(self) -> None:
-        """Stop the loops (each persists, commits and leaves its group), stage 1 first: it feeds the others."""
-        for name in ("stage1", "stage2", "decider"):
-            loop = self.loops.get(name)
-            if loop is not None:
-                loop.stop()
+        """Stop the loops together (each persists, commits and leaves its group at once, so its partitions
+        move to the other workers without waiting for a session timeout), then the followers."""
+        stopping = [threading.Thread(target=loop.stop, name=f"stop-{name}") for name, loop in self.loops.items()]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
         self.maps_follower.stop()
 
     def follow_bucket_topics(self) -> None:
