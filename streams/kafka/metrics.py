@@ -40,7 +40,14 @@ class WorkerMetrics:
         self.close_lag = Gauge("streams_bucket_close_lag_seconds",
                                "wall clock at close minus the bucket's close time, last close", registry=r)
         self.rejected = Counter("streams_rejected_sketch_summaries", "malformed sketch summaries", registry=r)
+        self.partition_rate = Gauge("streams_partition_rate",
+                                    "events/s read from each events partition this worker owns, over the hot-key "
+                                    "sketch's window", ["partition"], registry=r)
+        self.backlog = Gauge("streams_consumer_backlog",
+                             "records of the events partitions this worker owns not read yet (end offset minus "
+                             "position, summed)", registry=r)
         self._split_keys: set[str] = set()
+        self._rated: set[str] = set()
         self._serving: int | None = None
 
     def serve(self, port: int) -> None:
@@ -87,6 +94,14 @@ class WorkerMetrics:
         now_ms = time.time() * 1000
         if result.watermark_ms is not None:
             self.watermark_lag.set(max(0.0, (now_ms - result.watermark_ms) / 1000))
+        summary = result.summary  # the sketch summary this tick published: partition counts and backlog
+        rated = {str(p): count / summary.span_s for p, count in summary.partition_counts}
+        for gone in self._rated - rated.keys():  # partitions handed to another worker
+            self.partition_rate.remove(gone)
+        for partition, rate in rated.items():
+            self.partition_rate.labels(partition).set(rate)
+        self._rated = set(rated)
+        self.backlog.set(summary.backlog)
         for output in result.outputs:
             if output.role == "bucket_closed":
                 close_ms = output.record["bucket_end_ms"] + processor.buckets.grace_ms
