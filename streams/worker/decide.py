@@ -45,7 +45,8 @@ class Decided(NamedTuple):
 class _NoState:
     """The decider keeps no changelog: its state is the published directory, read back on assignment."""
 
-    data: dict[str, Any] = {}
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
 
     def mark_stale(self) -> None:
         """Nothing to re-index."""
