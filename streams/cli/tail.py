@@ -5,7 +5,8 @@ A record says what it carries: the ``streams-schema`` header (``aggregate/1``,
 :data:`streams.core.serde.SCHEMA_HEADER`) or, for events, ``content-type``. A record
 without either (written before the header existed, or by another producer) is
 decoded by the topic's role in the settings' :class:`~streams.core.config.TopicNames`
-(``streams.aggregates`` holds aggregates ...); anything else is shown as raw bytes.
+(``streams.aggregates`` holds aggregates ...); a JSON object on a topic of no known
+role is shown as JSON, anything else as raw bytes (UTF-8 text quoted, else hex).
 Nothing a record holds reaches the terminal unescaped: control characters in text
 are escaped, bytes fields are a size and a hex preview (text) or base64 (``--json``).
 
@@ -187,7 +188,11 @@ def decode_record(role: str | None, value: bytes | None,
             json_try = _decode_as("event", "event (json)", value, headers, fmt="json")
             return json_try if json_try.error is None else _decode_as("event", "event (avro)", value, headers)
         return _decode_as(schema, f"{schema} (by topic)", value, headers)
-    return Decoded("raw", None, None)
+    try:  # a topic of no known role (a changelog, another application's): JSON objects read as such
+        record = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return Decoded("raw", None, None)
+    return Decoded("json", record) if isinstance(record, dict) else Decoded("raw", None, None)
 
 
 def _decode_as(schema: str, label: str, value: bytes, headers: Iterable[tuple[str, bytes | None]] | None,
@@ -220,6 +225,17 @@ def bytes_text(data: bytes) -> str:
     """``data`` in a text line: ``<N bytes: hex of the first 24...>``."""
     more = "..." if len(data) > _HEX_PREVIEW else ""
     return f"<{len(data)} bytes: {data[:_HEX_PREVIEW].hex()}{more}>"
+
+
+def raw_text(data: bytes) -> str:
+    """An undecoded value for a text line: UTF-8 text quoted and escaped (at most 200 characters), else
+    :func:`bytes_text`."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return bytes_text(data)
+    more = "..." if len(text) > 200 else ""
+    return f'"{safe_text(text[:200])}"{more} ({len(data)} bytes)'
 
 
 def safe_text(text: str) -> str:
@@ -301,7 +317,7 @@ def text_line(msg: Any, decoded: Decoded) -> str:
     if decoded.value is not None:
         body = " ".join(f"{k}={_texty(v)}" for k, v in decoded.value.items())
     elif msg.value() is not None:
-        body = bytes_text(msg.value())
+        body = raw_text(msg.value())
     else:
         body = "(null value)"
     tail = f" ({safe_text(decoded.error)})" if decoded.error else ""

@@ -86,6 +86,7 @@ def test_events_decode_by_their_content_type() -> None:
 
 def test_an_unknown_topic_or_undecodable_record_is_raw_bytes_with_the_reason() -> None:
     assert decode_record(None, b"\x00\xff", None) == ("raw", None, None)
+    assert decode_record(None, b'{"a": 1}', None) == ("json", {"a": 1}, None), "JSON of a topic of no role"
     broken = decode_record("aggregates", b"\x00\xff", None)
     assert broken.schema == "raw" and broken.error and "aggregate" in broken.error
     unknown = decode_record(None, b"x", [("streams-schema", b"martian/7")])
@@ -108,4 +109,6 @@ def test_a_raw_record_prints_safely_in_text_and_as_base64_in_json() -> None:
     decoded = decode_record(None, msg.value(), msg.headers())
     line = text_line(msg, decoded)
     assert "\x1b" not in line and "\x07" not in line and "key=<2 bytes: ff00>" in line
+    assert '"\\x1b]0;pwned\\x07" (10 bytes)' in line
+    assert text_line(Msg(b"\xff" * 30), decode_record(None, b"\xff" * 30, None)).endswith("ffff...>")
     assert orjson.loads(json_line(msg, decoded))["raw"]["size"] == 10
