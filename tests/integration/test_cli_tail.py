@@ -9,10 +9,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
-from confluent_kafka import Producer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 
+import orjson  # noqa: E402
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from test_worker_buckets import SETTINGS, WIDTH_MS
+from test_worker_faults import send_sentinels
+from worker_harness import running_worker
+
+from streams.core.routing.router import Router, RoutingMap
 from streams.core.serde import AvroCodec, schema_header
+from streams.core.time.buckets import TimeBuckets
+from streams.kafka.producer import RoutingProducer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,3 +112,38 @@ def test_tail_follow_prints_records_written_after_it_started(kafka_bootstrap: st
 def test_tail_of_a_missing_topic_fails_with_one_line(kafka_bootstrap: str) -> None:
     result = tail("no-such-topic-for-tail", "--bootstrap-server", kafka_bootstrap)
     assert result.returncode == 1 and result.stderr.startswith("streams: error: topic 'no-such-topic-for-tail'")
+
+
+def test_tail_reads_what_a_running_worker_wrote_aggregates_and_bucket_closed_records_by_their_headers(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    with running_worker(kafka_bootstrap, tmp_path, **SETTINGS) as worker:
+        names = worker.names
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        deadline = time.monotonic() + 90
+        while names.events not in admin.list_topics(timeout=10).topics:  # the worker creates its topics
+            assert time.monotonic() < deadline and worker.alive(), worker.tail()
+            time.sleep(0.5)
+        buckets = TimeBuckets(SETTINGS["bucket_width"], grace=SETTINGS["grace"])
+        router = Router(buckets, [RoutingMap(version=1, partitions=SETTINGS["partitions"], topic=names.events)])
+        producer = RoutingProducer(router, {"bootstrap.servers": kafka_bootstrap})
+        t0 = (int(time.time() * 1000) - 60_000) // WIDTH_MS * WIDTH_MS
+        for i in range(60):
+            producer.send(f"tenant-{i % 3}", 1.0, ts_ms=t0 + i)
+        send_sentinels(producer, router, t0 + 3 * WIDTH_MS)
+        assert producer.close(30).failed == 0
+        label = buckets.bucket_of(t0).label
+
+        found: dict[str, int] = {}
+        deadline = time.monotonic() + 120
+        while len(found) < 3 and time.monotonic() < deadline:
+            assert worker.alive(), worker.tail()
+            for record in lines(tail(names.aggregates, "--bootstrap-server", kafka_bootstrap, "--json")):
+                assert record["schema"] == "aggregate/1"
+                if record["value"]["bucket"] == label:
+                    found[record["value"]["key"]] = record["value"]["count"]
+            time.sleep(1)
+        assert found == {"tenant-0": 20, "tenant-1": 20, "tenant-2": 20}, worker.tail()
+        closed = lines(tail(names.bucket_closed, "--bootstrap-server", kafka_bootstrap, "--json"))
+        assert any(r["schema"] == "bucket_closed/1" and r["value"]["bucket"] == label for r in closed)
+        text = tail(names.aggregates, "--bootstrap-server", kafka_bootstrap, "--max", "1")
+        assert text.returncode == 0 and " aggregate/1: bucket=" in text.stdout and len(text.stdout.splitlines()) == 1
