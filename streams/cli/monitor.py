@@ -188,8 +188,9 @@ def _ago(ms: int, now_ms: int) -> str:
 
 
 def _summary(s: Snapshot) -> list[tuple[str, object]]:
-    hot = (f"{s.hot_keys_topic} ({len(s.hot_keys)} hot, {s.tombstones} tombstones, {s.notices_read} records)"
-           if s.hot_keys_found else f"{s.hot_keys_topic} (does not exist yet)")
+    idle = sum(1 for k in s.key_stats if k.idle)
+    hot = (f"{s.hot_keys_topic} ({len(s.hot_keys)} placed, {idle} without traffic now, {s.tombstones} tombstones, "
+           f"{s.notices_read} records)" if s.hot_keys_found else f"{s.hot_keys_topic} (does not exist yet)")
     events = s.events_topic if s.events_found else f"{s.events_topic} (does not exist yet)"
     maps: list[tuple[str, object]] = []
     if s.map_in_force is not None:

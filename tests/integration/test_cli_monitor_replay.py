@@ -126,6 +126,7 @@ def test_monitor_once_json_shows_exactly_the_live_hot_keys_the_malformed_count_o
                    "--events-topic", events, "--group", f"never-{uuid.uuid4().hex[:8]}", "--once", "--interval", "100ms")
     assert text.returncode == 0, text.stderr
     assert "3 placed key(s) without traffic now, not listed" in text.stdout
+    assert "(3 placed, 3 without traffic now, 1 tombstones, 7 records)" in text.stdout
     assert "alpha" not in text.stdout and "gamma" not in text.stdout and "junk" not in text.stdout
     assert re.search(r"^malformed notices +1$", text.stdout, re.M)
 
