@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -205,11 +206,17 @@ def stable_members(admin: AdminClient, group: str) -> int:
 def kstreams_jar() -> Path:
     """The Kafka Streams app's jar, built with ``mvn -q package`` first if it is missing or older than its sources.
 
-    Raises SystemExit when Maven fails (its output is printed as it runs).
+    Building needs Maven and a JDK (``javac``; a JRE alone cannot compile). Raises
+    SystemExit naming what is missing, or when Maven fails (its output is printed as
+    it runs).
     """
     jar = KSTREAMS / "target" / "kstreams-bench.jar"
     sources = [KSTREAMS / "pom.xml", *(KSTREAMS / "src").rglob("*.java")]
     if not jar.exists() or jar.stat().st_mtime < max(path.stat().st_mtime for path in sources):
+        missing = [tool for tool in ("mvn", "javac") if shutil.which(tool) is None]
+        if missing:
+            raise SystemExit(f"the Kafka Streams row is built with Maven and a JDK; missing: {', '.join(missing)} "
+                             "(apt-get install maven openjdk-17-jdk-headless), or leave it out: --rows without kstreams")
         print(f"building {jar} (mvn -q package)", file=sys.stderr, flush=True)
         if subprocess.run(["mvn", "-q", "package"], cwd=KSTREAMS).returncode != 0:
             raise SystemExit(f"could not build the Kafka Streams app in {KSTREAMS}")
