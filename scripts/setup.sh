@@ -7,8 +7,9 @@
 #                           `pip install streams-partitioner` gives a user today;
 #   scripts/setup.sh min    also .venv-min: the same, every dependency pinned to the
 #                           minimum pyproject.toml declares (scripts/min_versions.py);
-#   scripts/setup.sh bench  also the bench extra in .venv and the benchmark peers'
-#                           own environments (.venv-peers/, bench/peers.py).
+#   scripts/setup.sh bench  also the bench extra in .venv, the benchmark peers' own
+#                           environments (.venv-peers/, bench/peers.py) and a JDK
+#                           for the Kafka Streams peer (bench/apps/kstreams/).
 #
 # Nothing a benchmark alone needs goes into .venv if it could move a version there.
 set -euo pipefail
@@ -70,6 +71,8 @@ case "${1:-}" in
     fi
     ;;
   bench)
+    # bench_worker.py builds its Kafka Streams peer with Maven, which needs a JDK's javac.
+    need javac || apt_install openjdk-17-jdk-headless
     if stale "$VENV/.streams-bench-installed"; then
       "$VENV/bin/pip" install -q -e ".[bench]"
       touch "$VENV/.streams-bench-installed"
