@@ -11,8 +11,9 @@ VENV_MIN ?= .venv-min
 PY := $(VENV)/bin/python
 # Run on the minimum versions too: every unit test and every broker test (tests/faults,
 # crash and outage scenarios, only on the newest). Left out: test_balance_settles, whose
-# max/mean bound (<= 1.12) the minimums missed by a hair twice (1.137, 1.120) on a loaded
-# machine while the newest met it; not yet known whether that is the versions or the load.
+# max/mean bound (<= 1.12) the minimums miss (1.12-1.17, idle machine too) and meet with
+# only confluent-kafka raised to 2.16.2: the balancer settles worse on librdkafka 2.6.1,
+# why is not known yet (until then, 2.6.1 is the minimum that works, not that balances as well).
 MIN_TESTS ?= tests/unit tests/integration --ignore=tests/integration/test_balance_settles.py
 
 .PHONY: setup test test-min demo bench unit docs clean
