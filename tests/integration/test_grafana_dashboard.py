@@ -72,6 +72,11 @@ def scrape(port: int, deadline_s: float, until: str = "") -> str:
     raise AssertionError(f"/metrics on {port} did not answer with {until!r} within {deadline_s} s:\n{text[-2000:]}")
 
 
+def partition_rate_total(text: str) -> float:
+    """The sum of the ``streams_partition_rate`` samples in a /metrics text (0 without any)."""
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("streams_partition_rate{"))
+
+
 def test_every_metric_the_grafana_dashboard_queries_is_exported_by_a_running_worker_or_producer(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     dashboard = json.loads(DASHBOARD.read_text())
@@ -93,7 +98,13 @@ def test_every_metric_the_grafana_dashboard_queries_is_exported_by_a_running_wor
         for i in range(200):
             producer.send(f"k{i % 20}", 1.0)
         assert producer.close(30).failed == 0
-        worker_text = scrape(worker_port, 90, until="streams_partition_rate{")
+        # The rates come from the sketch's window: wait until a tick has counted the events, not just started.
+        deadline = time.monotonic() + 90
+        while True:
+            worker_text = scrape(worker_port, 90, until="streams_partition_rate{")
+            if partition_rate_total(worker_text) > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)  # polling the worker's /metrics until its next tick
         assert worker.alive(), worker.tail()
 
         clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
@@ -110,6 +121,5 @@ def test_every_metric_the_grafana_dashboard_queries_is_exported_by_a_running_wor
 
     missing = used - exported(worker_text) - exported(producer_text)
     assert not missing, f"the dashboard queries metrics nobody exports: {sorted(missing)}"
-    rates = [line for line in worker_text.splitlines() if line.startswith("streams_partition_rate{")]
-    assert rates and sum(float(line.split()[-1]) for line in rates) > 0, "partition rates are fed from the ticks"
+    assert partition_rate_total(worker_text) > 0, "partition rates are fed from the ticks"
     assert re.search(r"^streams_consumer_backlog \d", worker_text, re.M)
