@@ -41,7 +41,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
@@ -302,8 +301,8 @@ def _map_now(router: Router) -> RoutingMap:
 def create_app(settings: WorkerSettings, kafka: KafkaSettings, topics: TopicNames) -> faust.App:
     """A faust app hosting one :class:`Worker` built from these settings (``app.streams_worker``).
 
-    The worker prepares when faust's worker starts (``on_worker_init``: topics, group
-    protocol), its loops run while faust's ``WorkerService`` runs, and a loop's failure
+    The worker prepares (topics, group protocol) when faust starts its ``WorkerService``,
+    its loops run while that service runs, and a loop's failure
     crashes the app, so the process exits non-zero and a supervisor restarts it.
     """
     app = WorkerApp(settings.app_id, broker=[f"kafka://{hp.strip()}" for hp in kafka.bootstrap_servers.split(",")],
@@ -318,12 +317,6 @@ def create_app(settings: WorkerSettings, kafka: KafkaSettings, topics: TopicName
 
     worker = create_worker(settings, kafka, topics, on_failure=failed)
     app.streams_worker = worker  # type: ignore[attr-defined]
-
-    @app.on_worker_init.connect
-    def _prepare(app: faust.App, **kwargs: Any) -> None:  # noqa: ARG001 - faust signal signature
-        if "--help" in sys.argv or "-h" in sys.argv:
-            return  # faust sends this signal even for `worker --help`: do not reach for the broker
-        worker.prepare()
 
     @app.service
     class WorkerService(faust.Service):
