@@ -12,9 +12,10 @@ PY := $(VENV)/bin/python
 # Run on the minimum versions too: every unit test, and the broker tests of the paths every user
 # takes (producing, delivery accounting, ID leases, routing maps, a worker end to end, reading
 # results, the README's example). The fault and the slower CLI scenarios run on the newest only,
-# to keep make test near 30 minutes. test_balance_settles misses its max/mean bound (<= 1.12) on
-# the minimums (1.12-1.17, idle machine too) and meets it with only confluent-kafka raised to
-# 2.16.2: the balancer settles worse on librdkafka 2.6.1, why is not known yet.
+# to keep make test near 30 minutes. test_balance_settles is left out too: on the minimums its
+# max/mean over the last 30 s was 1.12-1.17 (idle machine too), against 1.07-1.14 with only
+# confluent-kafka raised to 2.16.2: the balancer settles worse on librdkafka 2.6.1, why is not
+# known yet, and 1.17 is at the edge of the test's noise-aware bound.
 MIN_BROKER_TESTS = test_smoke_broker test_routing_producer test_producer_delivery test_snowflake_leases \
 	test_routing_maps_broker test_worker_buckets test_cli_tail test_readme_example
 MIN_TESTS ?= tests/unit $(MIN_BROKER_TESTS:%=tests/integration/%.py)
