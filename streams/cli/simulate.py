@@ -74,6 +74,7 @@ splits the fewest heavy keys that bring such partitions under --balance-aim x me
 _POLICY_FLAGS = {
     "balance_target": "--balance-target", "balance_aim": "--balance-aim", "min_rate": "--balance-min-rate",
     "max_keys": "--balance-max-keys", "max_changes": "--balance-max-changes", "hold_s": "--balance-hold-s",
+    "confidence": "--balance-confidence", "evidence_windows": "--balance-evidence-windows",
     "allow_moves": "--splits-only", "enabled": "--no-balance",
 }
 
@@ -131,6 +132,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                          help=f"keys whose placement may change per round (default: {defaults.max_changes})")
     balance.add_argument("--balance-hold-s", type=non_negative_float, metavar="S",
                          help=f"a placement stays at least S seconds before it is retired (default: {defaults.hold_s:g})")
+    balance.add_argument("--balance-confidence", type=float, metavar="P",
+                         help="the chance that a stream truly at the target triggers nothing in a window "
+                              f"(default: {defaults.confidence:g})")
+    balance.add_argument("--balance-evidence-windows", type=positive_int, metavar="N",
+                         help="unchanged windows of partition counts the trigger adds up, so a small "
+                              f"imbalance shows (default: {defaults.evidence_windows})")
     balance.add_argument("--splits-only", action="store_true",
                          help="never move a key whole: keep Kafka's placement for every key that is not split")
     balance.add_argument("--no-balance", action="store_true", help="turn the decider off (plain hash placement)")

@@ -124,9 +124,10 @@ class FleetReport:
         return first
 
     def to_record(self) -> dict[str, Any]:
-        """A JSON-friendly dict."""
+        """A JSON-friendly dict (``policy``: the decider's knobs the run used)."""
         return {"source": self.source, "partitions": self.partitions, "workers": self.workers, "rate": self.rate,
-                "window_s": self.window_s, "exact": self.exact, "hash_only": self.hash_only,
+                "window_s": self.window_s, "exact": self.exact, "policy": dataclasses.asdict(self.policy),
+                "hash_only": self.hash_only,
                 "distinct_keys": self.distinct_keys, "touched_keys": self.touched,
                 "touched_fraction": self.touched_fraction,
                 "windows": [w.to_record() for w in self.windows]}

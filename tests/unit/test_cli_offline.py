@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from streams.core.config import WorkerSettings, load
 from streams.core.ids import DISCORD_EPOCH_MS, TWITTER_EPOCH_MS, Snowflake
 from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
@@ -314,6 +315,18 @@ def test_a_bare_boolean_flag_is_true_and_no_flags_are_false() -> None:
                               env={"STREAMS_DEDUP_IDS": "false"})["settings"]["worker"]
     assert worker["dedup_ids"]["value"] is True and worker["dedup_ids"]["source"] == "flag"
     assert worker["balance_enabled"]["value"] is False and worker["balance_moves"]["value"] is False
+
+
+def test_the_decider_trigger_flags_reach_the_policy_the_worker_builds() -> None:
+    dry = dry_run_settings("--balance-confidence", "0.999", "--balance-evidence-windows", "3",
+                           env={"STREAMS_BALANCE_EVIDENCE_WINDOWS": "5"})
+    worker = dry["settings"]["worker"]
+    assert worker["balance_confidence"] == {"value": 0.999, "source": "flag", "from": "--balance-confidence"}
+    assert worker["balance_evidence_windows"]["value"] == 3 and worker["balance_evidence_windows"]["source"] == "flag"
+    # The faust worker loads its settings from this environment (streams.worker.app) and builds its decider
+    # from settings.balance_policy().
+    policy = load(WorkerSettings, env=dry["env"]).balance_policy()
+    assert (policy.confidence, policy.evidence_windows) == (0.999, 3)
 
 
 def test_a_boolean_flag_with_any_other_value_is_a_usage_error_naming_the_flag() -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import pytest
 
 from streams.core.config import (
+    BALANCE_SETTINGS,
     KafkaSettings,
     ProducerSettings,
     TopicNames,
@@ -21,6 +23,7 @@ from streams.core.config import (
     secret_values,
 )
 from streams.core.errors import ConfigError
+from streams.core.hotkeys.decider import BalancePolicy
 
 
 def test_environment_variables_override_defaults_and_are_coerced_to_the_field_type() -> None:
@@ -67,6 +70,33 @@ def test_topic_names_must_be_legal_kafka_names_except_for_the_bucket_placeholder
     assert TopicNames(events="events.{bucket}").events == "events.{bucket}"
     with pytest.raises(ConfigError, match="events must be a Kafka topic name"):
         TopicNames(events="bad topic!")
+
+
+def test_every_balance_policy_knob_is_a_worker_setting_and_the_defaults_agree() -> None:
+    fields = {f.name for f in dataclasses.fields(BalancePolicy)}
+    assert BALANCE_SETTINGS.keys() == fields
+    assert WorkerSettings().balance_policy() == BalancePolicy(partitions=WorkerSettings().partitions)
+
+
+def test_the_decider_trigger_settings_from_the_environment_reach_the_workers_policy(tmp_path: Path) -> None:
+    env = {"STREAMS_BALANCE_CONFIDENCE": "0.999", "STREAMS_BALANCE_EVIDENCE_WINDOWS": "3"}
+    policy = load(WorkerSettings, env=env).balance_policy()  # what streams.worker.app hands its BalanceDecider
+    assert (policy.confidence, policy.evidence_windows) == (0.999, 3)
+    cfg = tmp_path / "streams.toml"
+    cfg.write_text("[worker]\nbalance_confidence = 0.95\nbalance_evidence_windows = 2\n")
+    policy = load(WorkerSettings, toml_path=cfg, env={}).balance_policy()
+    assert (policy.confidence, policy.evidence_windows) == (0.95, 2)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("BALANCE_CONFIDENCE", "1.0", r"balance_confidence must be a number in \[0.5, 0.999999\], got 1.0"),
+    ("BALANCE_CONFIDENCE", "0.4", r"balance_confidence must be a number in \[0.5, 0.999999\], got 0.4"),
+    ("BALANCE_EVIDENCE_WINDOWS", "0", r"balance_evidence_windows must be an int in \[1, 1000\], got 0"),
+    ("BALANCE_EVIDENCE_WINDOWS", "1001", r"balance_evidence_windows must be an int in \[1, 1000\], got 1001"),
+])
+def test_a_decider_trigger_setting_out_of_range_names_the_setting(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(WorkerSettings, env={f"STREAMS_{name}": value})
 
 
 # --- redaction by value (issue 14, item 7) ---------------------------------------------------

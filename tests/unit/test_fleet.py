@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import random
@@ -220,6 +221,50 @@ def test_streams_simulate_runs_the_fleet_by_default_and_prints_each_window_as_js
     window = report["windows"][-1]
     assert {"measured", "true", "changes", "placed", "retired", "summary_items", "summary_bytes"} <= window.keys()
     assert window["true"] < report["hash_only"]
+
+
+def simulate_json(*args: str) -> dict:
+    """``streams simulate ARGS --json`` in a clean environment: the report."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMS_")}
+    result = subprocess.run([sys.executable, "-m", "streams.cli", "simulate", *args, "--json"], capture_output=True,
+                            text=True, timeout=120, env=clean)
+    assert result.returncode == 0, result.stderr
+    return orjson.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def one_tenant(share: float, windows: int) -> tuple[str, ...]:
+    """Flags of a fleet run at 480 events/s over 12 partitions (~200 events a partition per window, exact
+    counts) where one tenant takes ``share`` of the traffic: its partition is about ``1 + 11 share`` x mean."""
+    return ("--distribution", "tenants", "--keys", "100000", "--elephants", "1", "--elephant-share", str(share),
+            "--partitions", "12", "--rate", "480", "--windows", str(windows), "--exact")
+
+
+def test_simulate_adds_up_as_many_unchanged_windows_as_balance_evidence_windows_says() -> None:
+    # About 1.19 x mean: a real excess too small to tell from one window's counting noise.
+    one = simulate_json(*one_tenant(0.018, 12), "--balance-evidence-windows", "1")
+    default = simulate_json(*one_tenant(0.018, 12))
+    assert one["policy"]["evidence_windows"] == 1
+    assert default["policy"]["evidence_windows"] == WorkerSettings().balance_evidence_windows > 1
+    assert one["hash_only"] > 1.15
+    assert [w["changes"] for w in one["windows"]] == [0] * 12  # no window alone shows it
+    assert sum(w["changes"] for w in default["windows"]) > 0  # a few windows added up do
+    assert default["windows"][-1]["true"] < one["windows"][-1]["true"]
+
+
+def test_simulate_triggers_with_the_balance_confidence_it_is_given() -> None:
+    # About 1.25 x mean: within the noise a confidence of 0.99 allows in one window, beyond what 0.5 allows.
+    strict = simulate_json(*one_tenant(0.023, 1))
+    lax = simulate_json(*one_tenant(0.023, 1), "--balance-confidence", "0.5")
+    assert (strict["policy"]["confidence"], lax["policy"]["confidence"]) == (0.99, 0.5)
+    assert strict["windows"][0]["changes"] == 0 and lax["windows"][0]["changes"] > 0
+
+
+def test_simulate_has_a_flag_for_every_balance_policy_knob_but_the_window_and_partitions() -> None:
+    fields = {f.name for f in dataclasses.fields(BalancePolicy)} - {"partitions", "settle_s"}
+    assert cli._POLICY_FLAGS.keys() == fields
+    line = subprocess.run([sys.executable, "-m", "streams.cli", "simulate", "--balance-confidence", "1.5"],
+                          capture_output=True, text=True, timeout=60).stderr
+    assert "--balance-confidence must be a number in [0.5, 0.999999], got 1.5" in line
 
 
 def test_simulate_defaults_its_window_to_the_workers() -> None:

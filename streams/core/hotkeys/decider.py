@@ -80,8 +80,9 @@ _IMPROVEMENT = 0.98  # a plan must lower the predicted peak by at least 2 % (mor
 
 @dataclass(frozen=True)
 class BalancePolicy:
-    """The decider's knobs; every one up to ``enabled`` is a worker setting and a ``streams simulate``
-    flag (``confidence`` and ``evidence_windows`` are fixed at their defaults there for now).
+    """The decider's knobs; every one but ``partitions`` and ``settle_s`` (the routing map's partition
+    count and the window, ``hot_window_s``) is a worker setting and a ``streams simulate`` flag, named
+    as :data:`streams.core.config.BALANCE_SETTINGS` maps them (``confidence`` is ``balance_confidence``).
 
     ``partitions`` (>= 1) the partition count of the routing map in force;
     ``balance_target`` (> 1) the max/mean above which the decider acts;
