@@ -162,7 +162,11 @@ def test_the_simulated_fleet_follows_a_key_ramping_to_half_the_traffic() -> None
     report = simulate_fleet(Workload("zipf", keys=10_000, zipf_exponent=1.1, seed=1), partitions=24, workers=3,
                             rate=20_000.0, windows=18, ramp_s=60.0)  # 12 windows of ramp, then steady
     assert all(w.true <= 1.12 for w in report.windows[2:])
-    assert sum(w.changes for w in report.windows[6:]) <= 3  # the ramp is followed without churn
+    # The ramp is followed without churn: while the key grows its pieces absorb it, and the excess the
+    # first plan's estimates left (1.10 by the ramp's end) is worked down to the aim in one round.
+    later = [w.changes for w in report.windows[6:]]
+    assert sum(1 for c in later if c) <= 1 and sum(later) <= 10 and later[-3:] == [0, 0, 0], later
+    assert report.windows[-1].true <= 1.10
 
 
 def test_exact_counts_and_summaries_reach_the_same_balance() -> None:

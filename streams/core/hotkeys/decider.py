@@ -25,7 +25,12 @@ The decider does not ask "is this key hot?" but "is the load even?":
    shrinks as ``1/sqrt(windows)`` and a small real imbalance is found after a few
    windows, while a large shift shows in one window alone. Nothing is planned while
    neither shows a hot partition, nor while the measurement still shows the effect of
-   the last change (``settle_s``).
+   the last change (``settle_s``). **Hysteresis:** once an imbalance was acted on,
+   the added-up windows are held to ``balance_aim`` instead of the target (and keys
+   leave only the partitions above the aim beyond noise) until a full run of
+   ``evidence_windows`` unchanged windows shows none: a stream left just above the
+   target by the first plan's estimates is worked down, and one that stays under
+   the target by no more than noise explains is left alone.
 3. **Plan** (:func:`plan_placements`). Take the heaviest keys (at most ``max_keys``,
    above ``min_rate``) out of the partitions whose load minus ``z × sd`` is above the
    cap of ``balance_aim × mean`` (hysteresis: triggered at the target, aimed at the
@@ -109,7 +114,7 @@ class BalancePolicy:
     allow_moves: bool = True
     enabled: bool = True
     confidence: float = 0.99
-    evidence_windows: int = 8
+    evidence_windows: int = 12
 
     def __post_init__(self) -> None:
         require(self.partitions.__class__ is int and 1 <= self.partitions <= 2**31 - 1, "partitions",
@@ -351,6 +356,7 @@ class BalanceDecider:
     _settled_at_s: float = -math.inf
     _changed_at_s: float = -math.inf
     _unfinished: bool = False
+    _episode: bool = False  # a real imbalance was acted on: work it down to the aim before standing down
     last_plan: Plan | None = None
     _evidence: list[tuple[float, tuple[float, ...]]] = field(default_factory=list)  # (span_s, counts) per window
     _evidence_at_s: float = -math.inf
@@ -410,9 +416,17 @@ class BalanceDecider:
         # Hysteresis: a plan cut short by max_changes goes on at the aim in the next round.
         hot = self.hot_partitions(current, span_s, policy.balance_aim if self._unfinished else policy.balance_target)
         self._unfinished = False  # one round at the aim; a plan cut short again sets it again
+        evict_z = _EVICT_Z
         if not hot and len(self._evidence) > 1:  # a small imbalance shows after a few windows
             loads, span_s = self._evidence_loads()
             hot = self.hot_partitions(loads, span_s, policy.balance_target)
+            if not hot and self._episode:
+                # Hysteresis: once an imbalance was acted on, the evidence is held to the aim (keys leave
+                # only the partitions above it beyond noise) until a full run of windows clears it.
+                hot = self.hot_partitions(loads, span_s, policy.balance_aim)
+                evict_z = noise_z(n, policy.confidence)
+            if not hot and len(self._evidence) >= policy.evidence_windows:
+                self._episode = False
         margin = self._margins(loads, span_s)
         mean = sum(loads) / n
         cap = policy.balance_aim * mean
@@ -451,7 +465,7 @@ class BalanceDecider:
             entry = self._entries.get(key)
             return entry is not None and now_s - entry.changed_s < policy.hold_s
 
-        slack = [m * _EVICT_Z / noise_z(n, policy.confidence) for m in margin]
+        slack = [m * evict_z / noise_z(n, policy.confidence) for m in margin]
         plan = plan_placements(policy, loads, keys if not balanced else [k for k in keys if retiring(k.key)],
                                self.directory, retire=retiring, held=held, slack=slack, negligible=negligible)
         self._unfinished = len(plan.changed) >= policy.max_changes
@@ -463,6 +477,7 @@ class BalanceDecider:
             if not after < before * _IMPROVEMENT:
                 return []  # not worth the per-key order the changes cost
         self.last_plan = plan
+        self._episode = self._episode or not balanced
         out = []
         for key in plan.changed:
             k = by_key[key]
