@@ -58,6 +58,7 @@ from types import MappingProxyType
 from streams.core.errors import InvalidArgumentError
 from streams.core.time.buckets import MAX_TIMESTAMP_MS, Bucket, TimeBuckets
 from streams.core.time.eventtime import (
+    _MAX_MS,
     REASON_BEFORE_MIN,
     REASON_FUTURE,
     REASON_LATE,
@@ -77,6 +78,9 @@ __all__ = ["Advance", "BucketRoller", "MAX_REASONS"]
 #: Distinct dead-letter reasons counted by name; further ones count under "other".
 MAX_REASONS = 32
 _MAX_REASON_LENGTH = 200
+_ON_TIME, _LATE, _TOO_OLD = PlacementKind.ON_TIME, PlacementKind.LATE, PlacementKind.TOO_OLD
+# Builds a Placement without the call through its NamedTuple __new__ (once per event).
+_new_placement = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -153,8 +157,10 @@ class BucketRoller:
         return self._classify(event_ts_ms, now_ms, partition)
 
     def _classify(self, event_ts_ms: int, now_ms: int, partition: int) -> Placement:
-        ts = check_ms(event_ts_ms, "event_ts_ms")
-        now = check_ms(now_ms, "now_ms")
+        # check_ms's own fast test, inline: this runs once per event.
+        ts = event_ts_ms if event_ts_ms.__class__ is int and -_MAX_MS <= event_ts_ms <= _MAX_MS \
+            else check_ms(event_ts_ms, "event_ts_ms")
+        now = now_ms if now_ms.__class__ is int and -_MAX_MS <= now_ms <= _MAX_MS else check_ms(now_ms, "now_ms")
         if ts < self.min_event_ts_ms:
             return Placement(PlacementKind.BEFORE_EPOCH, None, self.watermarks.floor_ms, 0, REASON_BEFORE_MIN)
         if ts - now > self.max_future_ms or ts > MAX_TIMESTAMP_MS:
@@ -171,7 +177,7 @@ class BucketRoller:
         if index <= self._closed.get(partition, -1):  # closed by an earlier watermark, or per the checkpoint
             lateness = 0 if watermark is None else max(0, watermark - bucket.close_ms)
             return Placement(PlacementKind.LATE, bucket, watermark, lateness, REASON_LATE)
-        return Placement(PlacementKind.ON_TIME, bucket, watermark, 0, "")
+        return _new_placement(Placement, (_ON_TIME, bucket, watermark, 0, ""))  # type: ignore[no-any-return]
 
     def _bucket(self, index: int) -> Bucket:
         bucket = self._bucket_cache.get(index)
@@ -198,12 +204,12 @@ class BucketRoller:
         placement = self._classify(event_ts_ms, now_ms, partition)
         kind = placement.kind
         counts = self._counts
-        if kind is PlacementKind.ON_TIME:
+        if kind is _ON_TIME:
             index = placement.bucket.index  # type: ignore[union-attr]
             if index not in self._open:
                 self._open[index] = _State()
             counts[1] += 1
-        elif kind is PlacementKind.LATE:
+        elif kind is _LATE:
             index = placement.bucket.index  # type: ignore[union-attr]
             if index > self._closed.get(partition, -1):  # not closed for it yet: report it with the bucket
                 state = self._open.get(index)
@@ -211,7 +217,7 @@ class BucketRoller:
                     state = self._open[index] = _State()
                 state.late_events += 1
             counts[2] += 1
-        elif kind is PlacementKind.TOO_OLD:
+        elif kind is _TOO_OLD:
             counts[3] += 1
         else:
             self._count_reason(placement.reason)

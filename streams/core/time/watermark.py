@@ -137,9 +137,14 @@ class WatermarkTracker:
         top = self._top.get(partition)
         if top is None:
             top = self._top[partition] = []
-        if len(top) < self.agreement or event_ts_ms > top[-1]:
-            insort(top, event_ts_ms, key=_neg)
-            del top[self.agreement:]
+        agreement = self.agreement
+        if len(top) < agreement or event_ts_ms > top[-1]:
+            if not top or event_ts_ms >= top[0]:  # a new largest: the usual case, events mostly come in order
+                top.insert(0, event_ts_ms)
+            else:
+                insort(top, event_ts_ms, key=_neg)
+            if len(top) > agreement:
+                del top[agreement:]
         last = self._last_seen.get(partition)
         if last is None or now_ms > last:
             self._last_seen[partition] = now_ms
