@@ -331,11 +331,12 @@ class Stage1Store:
         topic, partition = source
         entry_key = f"{index}|{partition}|{key}"
         entry = self._live.get(entry_key)
+        slice_key = (index, partition)  # built once: a tuple's hash is not cached
         ids = None
         if event_id is not None:
-            ids = self._ids.get((index, partition))
+            ids = self._ids.get(slice_key)
             if ids is None:
-                ids = self._ids[(index, partition)] = set()
+                ids = self._ids[slice_key] = set()
             elif entry is not None and event_id in ids:
                 return False  # sent twice: its first copy is in the entry
         if entry is None:
@@ -353,15 +354,15 @@ class Stage1Store:
         offsets[source_key] = offset
         if ids is not None:
             ids.add(event_id)
-            plain = self._plain_ids.get((index, partition))
+            plain = self._plain_ids.get(slice_key)
             if plain is None:
-                plain = self._plain_ids[(index, partition)] = set()
+                plain = self._plain_ids[slice_key] = set()
             elif plain_id in plain:
                 self.collisions += 1
             plain.add(plain_id)
-            new = self._new_ids.get((index, partition))
+            new = self._new_ids.get(slice_key)
             if new is None:
-                new = self._new_ids[(index, partition)] = ([], {})
+                new = self._new_ids[slice_key] = ([], {})
             new[0].append(event_id)
             new[1][source_key] = offset
         if entry_key not in self.data:
@@ -638,6 +639,8 @@ class EventProcessor:
         add_key = keys.append
         sids: dict[Source, int] = {}
         decoders: dict[bytes, Callable[[bytes], dict[str, Any]]] = {}  # content-type header -> its codec's decode
+        salts_ok: dict[bytes, bool] = {}  # streams-salt header -> whether it is valid (a producer sends few values)
+        isfinite = math.isfinite
         duplicates = 0
         for msg in msgs:
             # One unpacking instead of a property call per field: this loop runs once per event.
@@ -678,14 +681,18 @@ class EventProcessor:
                                              now, ts))
                 continue
             value = event["value"]
-            if value is not None and not math.isfinite(value):
+            if value is not None and not isfinite(value):
                 out.append(self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, ts))
                 continue
             # Validated like any header, though stage 1 keys its entries by source partition, not salt.
             salt = headers.get("streams-salt")
-            if salt is not None and _salt(salt) is None:
-                out.append(self._dead_letter(msg, "malformed streams-salt header", "streams-salt", now, ts))
-                continue
+            if salt is not None:
+                salt_ok = salts_ok.get(salt)
+                if salt_ok is None:
+                    salt_ok = salts_ok[salt] = _salt(salt) is not None
+                if not salt_ok:
+                    out.append(self._dead_letter(msg, "malformed streams-salt header", "streams-salt", now, ts))
+                    continue
             if not -_MS_LIMIT <= ts <= _MS_LIMIT:  # a valid Avro long far past any real clock: future or pre-epoch
                 ts = _MS_LIMIT if ts > 0 else -_MS_LIMIT
             sid = sids.get(source)
@@ -860,6 +867,7 @@ def _partition_of(key: str, value: Any) -> int | None:
 
 
 _LOW64 = (1 << 64) - 1
+_UUID7 = IdKind.UUID7
 
 
 def _identity_hash(kind: IdKind, number: int, key: str, ts: int, value: float | None) -> int:
@@ -870,7 +878,7 @@ def _identity_hash(kind: IdKind, number: int, key: str, ts: int, value: float | 
     are both folded. The seed tells the ID kinds apart.
     """
     text = f"{number}|{ts}|{value!r}|{key}".encode("utf-8", "surrogatepass")
-    return xxh3_64_intdigest(text, seed=0 if kind is IdKind.UUID7 else 1)
+    return xxh3_64_intdigest(text, 0 if kind is _UUID7 else 1)  # the seed
 
 
 def _salt(raw: bytes | None) -> int | None:
