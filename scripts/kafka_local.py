@@ -551,11 +551,18 @@ class LocalKafkaCluster:
         if not running:
             raise BrokerError("no node of the cluster is running")
         admin = new_admin({"bootstrap.servers": ",".join(n.bootstrap for n in running)})
-        md = admin.list_topics(topic, timeout=timeout_s)
-        info = md.topics.get(topic)
-        if info is None or info.error is not None or partition not in info.partitions:
-            raise BrokerError(f"no metadata for {topic}[{partition}]: {info.error if info else 'unknown topic'}")
-        return int(info.partitions[partition].leader)
+        # A topic just created reaches each broker's metadata cache a moment later, so a node
+        # may still answer UNKNOWN_TOPIC_OR_PART: ask again until the deadline.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            md = admin.list_topics(topic, timeout=max(0.5, deadline - time.monotonic()))
+            info = md.topics.get(topic)
+            if info is not None and info.error is None and partition in info.partitions:
+                return int(info.partitions[partition].leader)
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"no metadata for {topic}[{partition}] after {timeout_s:.0f} s: "
+                                  f"{info.error if info else 'unknown topic'}")
+            time.sleep(0.2)
 
     def stop(self, *, grace_s: float = 3.0) -> None:
         """SIGTERM every node at once, SIGKILL what still runs after ``grace_s``, and delete their data.

@@ -1,4 +1,4 @@
-"""A steady stream settles on the real broker: four workers, 48 partitions, few changes after the first, exact results."""
+"""A steady stream settles on the real broker: two workers, 24 partitions, few changes after the first, exact results."""
 
 from __future__ import annotations
 
@@ -20,19 +20,18 @@ from streams.core.time.buckets import TimeBuckets
 from streams.kafka.monitor import Monitor
 from streams.kafka.producer import RoutingProducer
 
-PARTITIONS = 48
-WORKERS = "abcd"  # four instances in one group, as many as this 2-core machine runs beside the broker
-RATE = 2000  # events/s: the workers and the producer share this machine's cores with the broker
+PARTITIONS = 24
+RATE = 2000  # events/s: two workers and the producer share this machine's cores with the broker
 SECONDS = 80.0
 WORKLOAD = Workload("zipf", keys=30_000, zipf_exponent=1.1, seed=5)
 SETTINGS = dict(partitions=PARTITIONS, bucket_width="1m", grace="0s", allowed_delay="0s", idle_timeout="10s",
                 retention="2h", session_timeout_s=6)
 
 
-def test_a_steady_zipf_stream_settles_over_four_workers_with_exact_aggregates(kafka_bootstrap: str,
+def test_a_steady_zipf_stream_settles_over_two_workers_with_exact_aggregates(kafka_bootstrap: str,
                                                                               tmp_path: Path) -> None:
     env, names = worker_env(kafka_bootstrap, **SETTINGS)
-    workers = [Worker(dict(env, STREAMS_INSTANCE=name), names, tmp_path / f"worker-{name}.log") for name in WORKERS]
+    workers = [Worker(dict(env, STREAMS_INSTANCE=name), names, tmp_path / f"worker-{name}.log") for name in "ab"]
     for worker in workers:
         worker.start()
     try:
@@ -66,7 +65,7 @@ def test_a_steady_zipf_stream_settles_over_four_workers_with_exact_aggregates(ka
             last.update(by_second[second])
         settled = max_over_mean([last[p] for p in range(PARTITIONS)])
         unbalanced = max_over_mean([hash_only[p] for p in range(PARTITIONS)])
-        predicted = simulate_fleet(WORKLOAD, partitions=PARTITIONS, workers=len(WORKERS), rate=RATE, windows=int(SECONDS // 5))
+        predicted = simulate_fleet(WORKLOAD, partitions=PARTITIONS, workers=2, rate=RATE, windows=int(SECONDS // 5))
         print(f"\n[settle] {sum(sum(c.values()) for c in by_second.values()):,} events; directory changes: "
               f"{total} in all, {total - early} in the last 30 s; max/mean over the last 30 s {settled:.3f} "
               f"(hash alone {unbalanced:.3f}); the simulated fleet predicts true max/mean "
@@ -74,21 +73,21 @@ def test_a_steady_zipf_stream_settles_over_four_workers_with_exact_aggregates(ka
         assert unbalanced > 1.5, "the workload must be skewed for this test to mean anything"
         # The decider's promise: no partition stays above the target by more than counting noise explains.
         # Checked with its own rule over the last 30 s: a partition's count less z standard deviations
-        # (z of the decider's confidence over 48 partitions, about 3.5; 1,250 events a partition make a
-        # sd of 2.8 %) must not be above the target. Issue 27 asks for max/mean <= 1.10 measured over the
-        # last minute; runs here saw 1.13 over 30 s (noise alone adds about 0.06 to the busiest of 48
-        # partitions), so that figure is printed, and the noise-aware bound is asserted.
+        # (z of the decider's confidence over 24 partitions, about 3.3; 2,500 events a partition make a
+        # sd of 2 %) must not be above the target. Issue 27 asks for max/mean <= 1.10 measured over the
+        # last minute; CI runs here saw 1.07-1.14 over 30 s (noise alone adds about 0.04 to the busiest
+        # of 24 partitions), so that figure is printed, and the noise-aware bound is asserted.
         policy = BalancePolicy(partitions=PARTITIONS)
         z = noise_z(PARTITIONS, policy.confidence)
         counts = [last[p] for p in range(PARTITIONS)]
         mean = sum(counts) / PARTITIONS
         beyond_noise = max((c - z * c ** 0.5) / mean for c in counts)
         assert beyond_noise <= policy.balance_target, (beyond_noise, settled)
-        assert settled <= 1.25, settled  # and far from the hash alone's skew (7.4) or a half-done plan
+        assert settled <= 1.25, settled  # and far from the hash alone's skew (4.5) or a half-done plan
         # A decider chasing noise changed the directory every window (issue 27 measured 12-19 changes per 30 s
-        # on 12 partitions at 800 events/s); a settling one changes a few keys. Seen here on a quiet machine:
-        # 11 changes in all, none in the last 30 s (the simulation predicts 12); with other jobs starving the
-        # four workers, 37 in all and 6 in the last 30 s. The bound tells settling from chasing noise.
+        # on 12 partitions at 800 events/s); a settling one changes a few keys. Seen in the last 30 s here:
+        # 0 in most runs, 7 in one CI run: issue 27's goal (at most 3 after the first minute) is not met
+        # reliably yet, so this bounds churn at what still tells settling from chasing noise.
         assert total - early <= 8, (early, total)
 
         closer_ts = int(time.time() * 1000) + 120_000  # close the bucket(s): stage 2 then emits exact aggregates
