@@ -2,7 +2,7 @@
 # One-time set-up on a fresh machine, safe to repeat (fast when nothing changed):
 # the system tools the tests use, the Kafka broker's jars from Maven Central, and
 #
-#   scripts/setup.sh        .venv: the package (editable) with its test and docs extras,
+#   scripts/setup.sh        .venv: the package (editable) with its test, docs and plot extras,
 #                           each dependency at the newest version it allows: what
 #                           `pip install streams-partitioner` gives a user today;
 #   scripts/setup.sh min    also .venv-min: the same, every dependency pinned to the
@@ -55,7 +55,7 @@ if stale "$VENV/.streams-installed"; then
   # here; it lives in .venv-peers/quix now.
   if "$VENV/bin/pip" show -q quixstreams >/dev/null 2>&1; then "$VENV/bin/pip" uninstall -q -y quixstreams; fi
   # eager: an existing .venv moves to the newest versions too, as a fresh install would.
-  "$VENV/bin/pip" install -q --upgrade --upgrade-strategy eager -e ".[test,docs]"
+  "$VENV/bin/pip" install -q --upgrade --upgrade-strategy eager -e ".[test,docs,plot]"
   touch "$VENV/.streams-installed"
 fi
 
