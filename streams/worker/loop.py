@@ -55,6 +55,7 @@ from typing import Any, Protocol
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from streams.core.errors import DeliveryError
 from streams.kafka.changelog import read_changelog
 from streams.kafka.clients import new_consumer
 from streams.worker.processor import FetchState, InMessage, Output
@@ -248,7 +249,10 @@ class ConsumerLoop:
             self._closing = True
         except BaseException as exc:  # noqa: BLE001 - handed to on_failure: the worker must stop
             self._failed = self._closing = True
-            log.exception("%s stopped: %s", self.name, exc)
+            if isinstance(exc, DeliveryError):  # the cluster, not the code: its message says all there is
+                log.error("%s stopped: %s", self.name, exc)
+            else:
+                log.exception("%s stopped: %s", self.name, exc)
             self._on_failure(exc)
         finally:
             if self._consumer is not None:

@@ -127,7 +127,8 @@ class KafkaWriter:
             log.warning("%s: Kafka acknowledges again, after %.0f s", self.name, time.monotonic() - self._waiting_since)
             self._waiting_since = None
         if remaining or self._errors:
-            error = self._errors[0] if self._errors else f"{remaining} records unacknowledged after {limit:.0f} s"
+            waited = f"after {limit:.0f} s" + (" (broker_outage_timeout)" if timeout_s is None else "")
+            error = self._errors[0] if self._errors else f"{remaining} records unacknowledged {waited}"
             del self._errors[:]
             raise DeliveryError(f"the worker could not write to Kafka ({error}): stopping before acknowledging input")
 

@@ -126,3 +126,35 @@ def test_every_broker_of_three_restarted_one_by_one_is_waited_out_exactly_and_qu
             kafka_cluster.restart(node)
 
     run_through(kafka_cluster.bootstrap, tmp_path, rolling)
+
+
+def test_an_outage_longer_than_broker_outage_timeout_stops_the_worker_with_one_clear_error(
+        local_kafka: Any, tmp_path: Path) -> None:
+    buckets = TimeBuckets("5s", grace="1s")
+    settings = dict(OUTAGE_SETTINGS, broker_outage_timeout="10s")
+    with running_worker(local_kafka.bootstrap, tmp_path, **settings) as worker:
+        wait_for_topic(local_kafka.bootstrap, worker.names.events)
+        router = Router(buckets, [RoutingMap(version=1, partitions=SETTINGS["partitions"], topic=worker.names.events)])
+        producer = RoutingProducer(router, {"bootstrap.servers": local_kafka.bootstrap})
+        for i in range(200):
+            producer.send(f"k{i % 20}", 1.0)
+        assert producer.close(30).failed == 0
+        until_folded(worker, 200)
+        lines_before = len(worker.log.read_text(errors="replace").splitlines())
+        local_kafka.terminate()
+        local_kafka.wait_or_kill(60)
+        stopped_at = time.monotonic()
+        try:
+            wait_until(lambda: not worker.alive(), 120, "the worker stopped after its outage timeout")
+            waited = time.monotonic() - stopped_at
+        finally:
+            local_kafka.launch()
+            local_kafka.wait_ready(time.monotonic())
+        assert worker.proc is not None and worker.proc.returncode != 0, "a supervisor must see a failure"
+        assert waited >= 10, f"it stopped after {waited:.1f} s, before its 10 s timeout"
+        lines = worker.log.read_text(errors="replace").splitlines()[lines_before:]
+        stops = [line for line in lines if "could not write to Kafka" in line]
+        assert stops and "after 10 s (broker_outage_timeout)" in stops[0], "\n".join(lines[-60:])
+        assert not any(line.startswith("Traceback") for line in lines), "an outage is not a bug: no traceback"
+        print(f"\n[outage] the worker stopped {waited:.1f} s into the outage; {len(lines)} log lines; "
+              f"first error: {stops[0][-160:]}")
