@@ -15,7 +15,9 @@ caller put in the configuration (the CLI does) wins.
 While a broker is unreachable librdkafka logs every failed connection attempt of
 every client (thousands of lines a minute in a worker with several clients).
 :data:`LIBRDKAFKA_LOGGER` therefore carries a :class:`RepeatFilter`: one line per
-kind (facility and broker) per minute, the next one saying how many were held back.
+kind (facility and broker) per minute, the next one saying how many were held back,
+and a :class:`RoutineRetryFilter`: a warning that librdkafka is retrying a state every
+fresh or busy cluster goes through (a coordinator loading its log) is logged at INFO.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["LIBRDKAFKA_LOGGER", "RepeatFilter", "with_logger", "new_producer", "new_consumer", "new_admin"]
+__all__ = ["LIBRDKAFKA_LOGGER", "RepeatFilter", "RoutineRetryFilter", "with_logger", "new_producer", "new_consumer",
+           "new_admin"]
+
+# Broker answers librdkafka retries by itself and that pass within seconds: not a problem to warn about.
+_ROUTINE = ("Coordinator load in progress", "Coordinator not available", "Not coordinator")
 
 
 class RepeatFilter(logging.Filter):
@@ -66,9 +72,28 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+class RoutineRetryFilter(logging.Filter):
+    """Lowers to INFO a librdkafka warning that it is retrying a routine broker state.
+
+    A fresh cluster answers ``COORDINATOR_LOAD_IN_PROGRESS`` while the coordinator
+    reads its log, and librdkafka says ``...: Coordinator load in progress: retrying``
+    at WARNING; the retry succeeds within seconds. Passes every record (only its level
+    may change); a retry that never succeeds surfaces as the client's own error.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """True always; a routine retry's level becomes INFO."""
+        if record.levelno == logging.WARNING and isinstance(record.args, tuple) and len(record.args) == 3:
+            text = str(record.args[2])
+            if text.endswith("retrying") and any(routine in text for routine in _ROUTINE):
+                record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 #: Where librdkafka's log lines go unless the configuration names another logger.
 LIBRDKAFKA_LOGGER = logging.getLogger("streams.kafka.librdkafka")
 LIBRDKAFKA_LOGGER.addHandler(logging.NullHandler())
+LIBRDKAFKA_LOGGER.addFilter(RoutineRetryFilter())
 LIBRDKAFKA_LOGGER.addFilter(RepeatFilter())
 
 

@@ -202,6 +202,7 @@ class ConsumerLoop:
         self._subscribed: list[str] | None = None
         self._owned: set[Source] = set()
         self._starts: dict[Source, int] = {}
+        self._fresh: set[Source] = set()  # assigned, no progress committed yet: committed at the first chance
         self._fetch: dict[Source, FetchState] = {}
         self._committed: dict[Source, int] = {}
         self._next_commit = 0.0
@@ -351,9 +352,20 @@ class ConsumerLoop:
             self._recovered()
         if handled:
             self._on_durable(handled)
-        if time.monotonic() >= self._next_commit:
+        if time.monotonic() >= self._next_commit or self._fresh_progress():
             self._next_commit = time.monotonic() + COMMIT_INTERVAL_S
             self._commit(self._owned, asynchronous=True)
+
+    def _fresh_progress(self) -> bool:
+        """True once a partition handed to this loop has progress to commit: the first commit after a
+        handover does not wait for the cadence, so the new owner's progress is durable (and visible
+        to lag monitors) as soon as it resumes."""
+        if not self._fresh:
+            return False
+        resume = self.stage.resume_offset
+        moved = {s for s in self._fresh if s in self._owned and resume(s) > self._starts.get(s, 0)}
+        self._fresh -= moved
+        return bool(moved)
 
     def _commit(self, sources: Iterable[Source], *, asynchronous: bool) -> None:
         offsets = []
@@ -387,6 +399,8 @@ class ConsumerLoop:
             source = (tp.topic, tp.partition)
             tp.offset = self.stage.resume_offset(source)
             self._starts[source] = tp.offset
+            if tp.offset >= 0:  # a real offset (not "the end"): progress past it is what gets committed
+                self._fresh.add(source)
             self._committed.pop(source, None)
         self._owned = new
         self._rebalanced = True
@@ -468,6 +482,7 @@ class ConsumerLoop:
         self._owned = self._owned - gone
         for source in gone:
             self._starts.pop(source, None)
+            self._fresh.discard(source)
             self._fetch.pop(source, None)
             self._committed.pop(source, None)
         self._rebalanced = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from streams.kafka.clients import RepeatFilter
+from streams.kafka.clients import RepeatFilter, RoutineRetryFilter
 
 
 def line(fac: str, client: str, text: str) -> logging.LogRecord:
@@ -32,3 +32,17 @@ def test_lines_that_are_not_librdkafkas_pass_untouched() -> None:
     repeats = RepeatFilter(60, clock=lambda: 0.0)
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "plain %d", (1,), None)
     assert repeats.filter(record) and repeats.filter(record)
+
+
+def test_a_routine_retry_is_info_and_a_real_failure_stays_a_warning() -> None:
+    routine = RoutineRetryFilter()
+    loading = line("GETPID", "rdkafka#producer-8", "Failed to acquire idempotence PID from broker 127.0.0.1:37003/1: "
+                   "Broker: Coordinator load in progress: retrying")
+    loading.levelno, loading.levelname = logging.WARNING, "WARNING"
+    assert routine.filter(loading) and (loading.levelno, loading.levelname) == (logging.INFO, "INFO")
+    refused = line("FAIL", "rdkafka#consumer-1", "127.0.0.1:9092/1: Connect failed: Connection refused")
+    refused.levelno, refused.levelname = logging.WARNING, "WARNING"
+    assert routine.filter(refused) and refused.levelno == logging.WARNING
+    given_up = line("GETPID", "rdkafka#producer-8", "Coordinator load in progress: giving up")
+    given_up.levelno = logging.WARNING
+    assert routine.filter(given_up) and given_up.levelno == logging.WARNING, "only a retry is routine"
