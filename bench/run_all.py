@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["bench_ids.py", "bench_routing.py", "bench_balance.py", "bench_hotkeys.py", "bench_producer.py", "bench_stage1.py",
+ORDER = ["bench_ids.py", "bench_leases.py", "bench_routing.py", "bench_balance.py", "bench_hotkeys.py", "bench_producer.py", "bench_stage1.py",
          "bench_worker.py"]
 MEMORY = "bench_memory.py"
 
