@@ -285,3 +285,49 @@ def test_a_notice_missing_a_field_is_rejected_naming_it(field: str) -> None:
     del record[field]
     with pytest.raises(HotKeyNoticeError, match=field):
         HotKeyNotice.from_record(record)
+
+
+# --- hostile notices, generated ----------------------------------------------------------
+
+hostile_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30), st.binary(max_size=30), st.lists(st.integers(-5, 20), max_size=30),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
+
+
+def v1_notice(**overrides: Any) -> dict[str, Any]:
+    record = {name: value for name, value in a_notice().items() if name not in ("placement", "home")}
+    record.update(split_factor=3, **overrides)
+    return record
+
+
+@settings(max_examples=400)
+@given(st.sampled_from(["v1", "v2"]), st.data())
+def test_a_hostile_notice_of_either_version_is_refused_naming_its_field_or_read_within_its_own_bounds(
+        version: str, data: st.DataObject) -> None:
+    record = v1_notice() if version == "v1" else a_notice()
+    for _ in range(data.draw(st.integers(1, 3))):  # corrupt, drop or add one to three fields
+        action = data.draw(st.sampled_from(["replace", "drop", "add"]))
+        if action == "add":
+            record[data.draw(st.text(min_size=1, max_size=8))] = data.draw(hostile_values)
+        elif record:
+            name = data.draw(st.sampled_from(sorted(record)))
+            if action == "drop":
+                del record[name]
+            else:
+                record[name] = data.draw(hostile_values)
+    try:
+        if version == "v1":
+            notice = HotKeyNotice.from_v1_record(record, lambda key, n: kafka_partition(key, n),
+                                                 data.draw(st.sampled_from([None, 12, 24])))
+        else:
+            notice = HotKeyNotice.from_record(record)
+    except HotKeyNoticeError as exc:
+        assert "'" in str(exc) or "field" in str(exc), f"the error must name what is wrong: {exc}"
+        return
+    # Accepted: only a record every field of which is still in bounds.
+    assert notice.key.__class__ is bytes and notice.key
+    assert 1 <= notice.partitions and len(set(notice.placement)) == len(notice.placement) >= 1
+    assert all(0 <= p < notice.partitions for p in notice.placement) and 0 <= notice.home < notice.partitions
+    if version == "v1":
+        assert record["partitions"].__class__ is int and record["partitions"] >= 1, "its own count checked too"

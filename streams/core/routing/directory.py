@@ -202,7 +202,8 @@ class HotKeyNotice:
     def __post_init__(self) -> None:
         # One validator for both paths: the constructor checks what from_record checks,
         # and stores floats as float and the placement as a tuple.
-        for name, value in HotKeyNotice._validated(self.to_record()).items():
+        # The fields as given (not to_record(), whose list() of a malformed placement would raise TypeError).
+        for name, value in HotKeyNotice._validated({name: getattr(self, name) for name in _FIELDS}).items():
             object.__setattr__(self, name, value)
 
     @property
