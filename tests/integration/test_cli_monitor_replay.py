@@ -166,6 +166,10 @@ def test_monitor_shows_a_keys_rate_as_its_share_of_the_traffic_now_and_drops_a_k
     assert abs(live["rate"] - min(0.08 * total, sum(p["rate"] for p in snapshot["events"]["partitions"]
                                                    if p["partition"] in (0, 1)))) < 1e-6
     assert [k["key"] for k in snapshot["hot_keys"]["idle"]] == ["gone"]
+    rates = [p["rate"] for p in snapshot["events"]["partitions"]]
+    assert abs(snapshot["events"]["balance"] - max(rates) * len(rates) / sum(rates)) < 1e-9, "max/mean of what it shows"
+    assert 1.25 < snapshot["events"]["balance"] < 1.42, "three even partitions of four: max/mean 4/3"
+    assert snapshot["events"]["directory_changes_per_min"] == 0, "no notice was written while it watched"
 
 
 def test_monitor_once_names_a_missing_topic_in_one_error_line(kafka_bootstrap: str) -> None:
