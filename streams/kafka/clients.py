@@ -38,6 +38,14 @@ __all__ = ["LIBRDKAFKA_LOGGER", "RepeatFilter", "RoutineRetryFilter", "with_logg
 _ROUTINE = ("Coordinator load in progress", "Coordinator not available", "Not coordinator")
 
 
+def _librdkafka_args(record: logging.LogRecord) -> tuple[str, str, str] | None:
+    """A librdkafka line's (facility, client, text) (confluent-kafka logs ``"%s [%s] %s"``); None for any other."""
+    args = record.args
+    if isinstance(args, tuple) and len(args) == 3 and all(isinstance(a, str) for a in args):
+        return args  # type: ignore[return-value]
+    return None
+
+
 class RepeatFilter(logging.Filter):
     """Lets one librdkafka line of a kind through per ``window_s``; the next one says how many were held back.
 
@@ -55,8 +63,8 @@ class RepeatFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """True to pass ``record`` (see the class docstring)."""
-        args = record.args
-        if not (isinstance(args, tuple) and len(args) == 3 and all(isinstance(a, str) for a in args)):
+        args = _librdkafka_args(record)
+        if args is None:
             return True
         kind = (args[0], args[2].split(": ", 1)[0][:200])
         now = self._clock()
@@ -83,10 +91,9 @@ class RoutineRetryFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """True always; a routine retry's level becomes INFO."""
-        if record.levelno == logging.WARNING and isinstance(record.args, tuple) and len(record.args) == 3:
-            text = str(record.args[2])
-            if text.endswith("retrying") and any(routine in text for routine in _ROUTINE):
-                record.levelno, record.levelname = logging.INFO, "INFO"
+        args = _librdkafka_args(record) if record.levelno == logging.WARNING else None
+        if args is not None and args[2].endswith("retrying") and any(routine in args[2] for routine in _ROUTINE):
+            record.levelno, record.levelname = logging.INFO, "INFO"
         return True
 
 

@@ -362,8 +362,8 @@ class ConsumerLoop:
         to lag monitors) as soon as it resumes."""
         if not self._fresh:
             return False
-        resume = self.stage.resume_offset
-        moved = {s for s in self._fresh if s in self._owned and resume(s) > self._starts.get(s, 0)}
+        resume = self.stage.resume_offset  # _release drops a source from _fresh with its start
+        moved = {s for s in self._fresh if resume(s) > self._starts[s]}
         self._fresh -= moved
         return bool(moved)
 
