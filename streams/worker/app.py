@@ -277,7 +277,7 @@ def create_worker(settings: WorkerSettings, kafka: KafkaSettings, topics: TopicN
     def published() -> dict[str, tuple[int, ...]]:
         """The directory on the compacted hot-keys topic (what producers apply), by key text."""
         with Monitor(client, events_topic=topics.events, hot_keys_topic=topics.hot_keys,
-                     group=settings.app_id, timeout_s=20) as monitor:
+                     group=settings.app_id, timeout_s=10) as monitor:
             notices = monitor.snapshot().hot_keys
         return {n.key_display: n.placement for n in notices if n.key_display and canonical_key(n.key_display) == n.key}
 

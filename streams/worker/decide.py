@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import orjson
 from confluent_kafka import OFFSET_END
 
-from streams.core.errors import HotKeyNoticeError
+from streams.core.errors import HotKeyNoticeError, StreamsError
 from streams.core.hotkeys.balancer import BalanceLoop
 from streams.core.hotkeys.decider import Decision, max_over_mean
 from streams.core.hotkeys.sketch import SketchSummary
@@ -77,6 +77,7 @@ class DeciderStage:
         self._on_rejected = on_rejected
         self._owned: set[tuple[str, int]] = set()
         self._directory_known = False
+        self._directory_unreadable = False
         self.store = _NoState()
 
     def assign(self, sources: Iterable[tuple[str, int]]) -> None:
@@ -100,9 +101,8 @@ class DeciderStage:
                 log.warning("rejected sketch summary at %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, exc)
                 self._on_rejected()
                 continue
-            if not self._directory_known:
-                self.decider.restore(self._published(), time.time())
-                self._directory_known = True
+            if not self._directory_known and not self._read_directory():
+                continue
             now_s = time.time()
             routing_map = self._map_in_force()
             outcome = self.balance_loop.offer(summary, now_s)
@@ -119,6 +119,26 @@ class DeciderStage:
                 log.info("balance: max/mean %.2f measured, %.2f predicted", max_over_mean(plan.loads_before),
                          max_over_mean(plan.loads_after))
         return out
+
+    def _read_directory(self) -> bool:
+        """Read the published directory back; False (the summary is set aside) while the cluster cannot say it.
+
+        Deciding without it would undo placements another instance published. A summary is a
+        report of load that the next one repeats, so none is kept for later; the worker's
+        writers, not the decider, judge how long an outage may last.
+        """
+        try:
+            self.decider.restore(self._published(), time.time())
+        except StreamsError as exc:
+            if not self._directory_unreadable:
+                log.warning("decider cannot read the published directory (%s): no decision until it can", exc)
+            self._directory_unreadable = True
+            return False
+        if self._directory_unreadable:
+            log.info("decider read the published directory back: deciding again")
+        self._directory_unreadable = False
+        self._directory_known = True
+        return True
 
     def _notice(self, decision: Decision, now_s: float, routing_map: RoutingMap) -> Output:
         """One directory change as a hot-keys record: a placement notice, or a tombstone for a key sent home."""
