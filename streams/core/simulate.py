@@ -36,7 +36,7 @@ import itertools
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ __all__ = [
     "PartitionLoads",
     "SimulationReport",
     "Workload",
+    "expected_loads",
     "generate_keys",
     "iter_keys",
     "read_keys",
@@ -142,6 +143,30 @@ def iter_keys(workload: Workload) -> Iterator[str]:
     choices = rng.choices
     while True:
         yield from choices(names, cum_weights=cum, k=_BATCH)
+
+
+def expected_loads(workload: Workload, partitions: int, home: Callable[[str], int],
+                   directory: Mapping[str, Sequence[int]]) -> list[float]:
+    """Each partition's expected share of ``workload``'s events (they add up to 1) when a key
+    goes to its ``directory`` entry, split evenly over its partitions, or else to ``home(key)``.
+
+    The "true" balance of a directory, free of counting noise: what :func:`iter_keys` draws
+    in the long run. Keys of ``directory`` that the workload never draws carry nothing.
+    Raises ConfigError if ``partitions`` < 1 or a partition is out of range.
+    """
+    require(_is_int(partitions) and partitions >= 1, "partitions", "an int >= 1", partitions)
+    cum = workload.cumulative_weights()
+    n = workload.keys
+    weights = [1.0 / n] * n if cum is None else [b - a for a, b in zip([0.0, *cum[:-1]], cum)]
+    total = sum(weights)
+    loads = [0.0] * partitions
+    for index, weight in enumerate(weights):
+        name = workload.key_name(index)
+        parts = directory.get(name) or (home(name),)
+        for p in parts:
+            require(_is_int(p) and 0 <= p < partitions, "partition", f"an int in 0..{partitions - 1}", p)
+            loads[p] += weight / total / len(parts)
+    return loads
 
 
 def generate_keys(workload: Workload, events: int) -> list[str]:

@@ -15,7 +15,7 @@ from streams.core.fleet import simulate_fleet
 from streams.core.hotkeys.decider import BalancePolicy, max_over_mean, noise_z
 from streams.core.ids import UUIDv7Generator
 from streams.core.routing.router import Router, RoutingMap
-from streams.core.simulate import Workload, iter_keys
+from streams.core.simulate import Workload, expected_loads, iter_keys
 from streams.core.time.buckets import TimeBuckets
 from streams.kafka.monitor import Monitor
 from streams.kafka.producer import RoutingProducer
@@ -57,8 +57,13 @@ def test_a_steady_zipf_stream_settles_over_two_workers_with_exact_aggregates(kaf
             if early is None and second >= SECONDS - 30:
                 early = monitor.snapshot().notices_read
         assert producer.flush(30) == 0
-        total = monitor.snapshot().notices_read  # every record of the hot-keys topic up to its end now
+        snapshot = monitor.snapshot()  # every record of the hot-keys topic up to its end now
+        total = snapshot.notices_read
         monitor.close()
+        # The balance the published directory gives this workload in the long run: free of counting noise.
+        published = {notice.key_display: notice.placement for notice in snapshot.hot_keys}
+        true = max_over_mean(expected_loads(WORKLOAD, PARTITIONS, lambda key: home.route(key, 0).partition,
+                                            published))
         assert early is not None
         last = Counter()
         for second in range(int(SECONDS) - 30, int(SECONDS)):
@@ -68,7 +73,8 @@ def test_a_steady_zipf_stream_settles_over_two_workers_with_exact_aggregates(kaf
         predicted = simulate_fleet(WORKLOAD, partitions=PARTITIONS, workers=2, rate=RATE, windows=int(SECONDS // 5))
         print(f"\n[settle] {sum(sum(c.values()) for c in by_second.values()):,} events; directory changes: "
               f"{total} in all, {total - early} in the last 30 s; max/mean over the last 30 s {settled:.3f} "
-              f"(hash alone {unbalanced:.3f}); the simulated fleet predicts true max/mean "
+              f"(hash alone {unbalanced:.3f}); true max/mean of the published directory {true:.3f} "
+              f"({len(published)} keys); the simulated fleet predicts true max/mean "
               f"{predicted.windows[-1].true:.3f} and {sum(w.changes for w in predicted.windows)} changes")
         assert unbalanced > 1.5, "the workload must be skewed for this test to mean anything"
         # The decider's promise: no partition stays above the target by more than counting noise explains.
@@ -84,6 +90,9 @@ def test_a_steady_zipf_stream_settles_over_two_workers_with_exact_aggregates(kaf
         beyond_noise = max((c - z * c ** 0.5) / mean for c in counts)
         assert beyond_noise <= policy.balance_target, (beyond_noise, settled)
         assert settled <= 1.25, settled  # and far from the hash alone's skew (4.5) or a half-done plan
+        # Without counting noise: 1.11 in a quiet run (the simulation predicts 1.08); 80 s leave the decider
+        # one minute of evidence after its first plan, so this bounds a half-done plan, not the aim.
+        assert true <= 1.20, (true, published)
         # A decider chasing noise changed the directory every window (issue 27 measured 12-19 changes per 30 s
         # on 12 partitions at 800 events/s); a settling one changes a few keys. Seen in the last 30 s here:
         # 0 in most runs, 7 in one CI run: issue 27's goal (at most 3 after the first minute) is not met

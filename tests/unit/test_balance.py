@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
@@ -210,6 +211,45 @@ def test_a_placed_key_that_went_quiet_and_whose_home_has_room_for_hold_s_is_reti
     decisions = decider.decide(view(calm, {"m": 20.0}, 12.0), 12.0)
     assert [(d.key, d.kind, d.partitions) for d in decisions] == [("m", "retired", (0,))]
     assert decider.directory == {}
+
+
+def floored(partition_rates: Mapping[int, float], key_rates: Mapping[str, float], floor: float,
+            at_s: float) -> MergedView:
+    """A view whose instance left unlisted every key under ``floor`` events/s on each partition."""
+    return dataclasses.replace(view(partition_rates, key_rates, at_s),
+                               partition_floors={p: floor for p in partition_rates})
+
+
+def test_a_light_placed_key_drifting_under_the_summaries_floor_is_not_taken_for_faded() -> None:
+    # Placed at 2/s, listed or not from one window to the next (the floor is 1.5/s): unlisted says only
+    # "under 1.5/s", which is no fade from 2/s. Sending it home on each dip was churn of counting noise.
+    policy = BalancePolicy(partitions=4, hold_s=10.0, settle_s=1.0)
+    decider = BalanceDecider(policy, home={"m": 0}.__getitem__)
+    decider.restore({"m": (2,)}, now_s=0.0)
+    calm = {0: 1000.0, 1: 1000.0, 2: 1000.0, 3: 1000.0}
+    assert decider.decide(floored(calm, {"m": 2.0}, 1.5, 0.5), 0.5) == []  # measured once: 2/s as placed
+    for now_s in (1.0, 12.0, 30.0, 60.0):
+        assert decider.decide(floored(calm, {}, 1.5, now_s), now_s) == []
+    assert decider.directory == {"m": (2,)}
+
+
+def test_a_heavy_placed_key_gone_under_the_summaries_floor_goes_home() -> None:
+    policy = BalancePolicy(partitions=4, hold_s=10.0, settle_s=1.0)
+    decider = BalanceDecider(policy, home={"m": 0}.__getitem__)
+    decider.restore({"m": (2,)}, now_s=0.0)
+    assert decider.decide(floored({0: 1000.0, 1: 1000.0, 2: 1100.0, 3: 1000.0}, {"m": 100.0}, 1.5, 0.5), 0.5) == []
+    calm = {0: 1000.0, 1: 1000.0, 2: 1000.0, 3: 1000.0}
+    assert decider.decide(floored(calm, {}, 1.5, 1.0), 1.0) == []  # under 1.5/s of 100/s: faded, held 10 s
+    decisions = decider.decide(floored(calm, {}, 1.5, 12.0), 12.0)
+    assert [(d.key, d.kind, d.partitions) for d in decisions] == [("m", "retired", (0,))]
+
+
+def test_a_read_back_key_nobody_lists_goes_home() -> None:
+    decider = BalanceDecider(BalancePolicy(partitions=4, hold_s=10.0, settle_s=1.0), home={"m": 0}.__getitem__)
+    decider.restore({"m": (2,)}, now_s=0.0)  # its rate when placed is unknown: unlisted, it is faded
+    calm = {0: 1000.0, 1: 1000.0, 2: 1000.0, 3: 1000.0}
+    assert decider.decide(floored(calm, {}, 1.5, 1.0), 1.0) == []
+    assert [d.kind for d in decider.decide(floored(calm, {}, 1.5, 12.0), 12.0)] == ["retired"]
 
 
 def test_a_steady_placed_key_stays_placed_even_when_its_home_has_room() -> None:

@@ -103,6 +103,39 @@ def test_a_small_steady_excess_is_found_by_adding_up_unchanged_windows() -> None
     assert [d.key for d in decided] == ["m"] and window >= 1
 
 
+def test_an_episode_goes_on_while_a_partition_may_still_be_above_the_target() -> None:
+    # After acting, the decider works toward the aim until the added-up windows show every partition under the
+    # target beyond noise. A run of windows reading 1.075 (not above the aim beyond noise, nor under the target
+    # beyond it) must not end the episode: when the partition then reads 1.10, its key is moved.
+    policy = BalancePolicy(partitions=12, settle_s=WINDOW_S, hold_s=0.0)
+    homes = {"big": 0, "m": 0, **{f"k-{p}": p for p in range(12)}}
+    decider = BalanceDecider(policy, home=homes.__getitem__)
+    background = {f"k-{p}": 1000 for p in range(12)}
+
+    def window(index: int, keys: dict[str, int]) -> list:
+        counts = [0] * 12
+        for key, count in keys.items():
+            parts = decider.directory.get(key, (homes[key],))
+            for p in parts:
+                counts[p] += count // len(parts)
+        return decider.decide(counted_view(counts, keys, index * WINDOW_S), index * WINDOW_S)
+
+    assert [d.key for d in window(0, {"big": 3000, **background})] == ["big"]  # a real imbalance: an episode
+    index = 1
+    while "big" in decider.directory:  # the key goes quiet and home: one more change, the evidence starts over
+        window(index, {"m": 81, **background})
+        index += 1
+        assert index < 5
+    for index in range(index, index + 13):  # partition 0 reads 1.074: nothing to do, nothing shown either way
+        assert window(index, {"m": 81, **background}) == []
+    moved = []
+    for index in range(index + 1, index + 13):
+        moved = window(index, {"m": 110, **background})  # 1.10: above the aim beyond the noise of the run
+        if moved:
+            break
+    assert [d.key for d in moved] == ["m"] and moved[0].partitions != (0,)
+
+
 # --- what a worker reports --------------------------------------------------------------------------
 
 

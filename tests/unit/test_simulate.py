@@ -19,6 +19,7 @@ from streams.core.routing.hashing import canonical_key
 from streams.core.routing.placement import make_placer
 from streams.core.simulate import (
     Workload,
+    expected_loads,
     generate_keys,
     iter_keys,
     read_keys,
@@ -264,3 +265,25 @@ def test_bad_simulation_inputs_are_refused() -> None:
         simulate(["a"], partitions=0)
     with pytest.raises(RoutingMapError, match="placement"):
         simulate(["a"], partitions=4, placement="ring")
+
+
+def test_expected_loads_are_the_long_run_shares_of_the_drawn_keys_under_a_directory() -> None:
+    workload = Workload("zipf", keys=200, zipf_exponent=1.1, seed=3)
+    home = {workload.key_name(i): i % 4 for i in range(200)}.__getitem__
+    directory = {"key-0": (1, 2, 3), "key-1": (0,), "not-drawn": (3,)}
+    loads = expected_loads(workload, 4, home, directory)
+    assert sum(loads) == pytest.approx(1.0)
+    drawn = Counter()
+    for key in itertools.islice(iter_keys(workload), 300_000):
+        parts = directory.get(key, (home(key),))
+        for p in parts:
+            drawn[p] += 1 / len(parts)
+    for p in range(4):  # 300,000 draws: a share's standard deviation is under 0.001
+        assert loads[p] == pytest.approx(drawn[p] / 300_000, abs=0.005)
+
+
+def test_expected_loads_refuse_a_partition_out_of_range() -> None:
+    workload = Workload("uniform", keys=6)
+    assert expected_loads(workload, 3, lambda key: int(key[4:]) % 3, {}) == pytest.approx([1 / 3] * 3)
+    with pytest.raises(ConfigError, match="partition"):
+        expected_loads(workload, 3, lambda key: 0, {"key-1": (3,)})

@@ -28,8 +28,10 @@ The decider does not ask "is this key hot?" but "is the load even?":
    the last change (``settle_s``). **Hysteresis:** once an imbalance was acted on,
    the added-up windows are held to ``balance_aim`` instead of the target (and keys
    leave only the partitions above the aim beyond noise) until a full run of
-   ``evidence_windows`` unchanged windows shows none: a stream left just above the
-   target by the first plan's estimates is worked down, and one that stays under
+   ``evidence_windows`` unchanged windows shows none above the aim *and* every
+   partition under the target with the same confidence (its load plus ``z × sd``):
+   a stream left just above the target by the first plan's estimates is worked
+   down even when one run of windows happens to read low, and one that stays under
    the target by no more than noise explains is left alone.
 3. **Plan** (:func:`plan_placements`). Take the heaviest keys (at most ``max_keys``,
    above ``min_rate``) out of the partitions whose load minus ``z × sd`` is above the
@@ -44,7 +46,9 @@ The decider does not ask "is this key hot?" but "is the load even?":
    ``z × sd`` over the target) is not lower than the measured one is dropped. A key
    changed less than ``hold_s`` ago keeps its placement unless it no longer fits (a
    key that grows gets more pieces at once); a directory key whose traffic moved on
-   (its rate at most half what it was when placed) and whose home has room for it
+   (its rate plus ``z × sd`` of its count at most half what it was when placed; a key
+   no instance lists counts as the summaries' floor of its partitions, so a light key
+   drifting across that floor is not taken for one gone quiet) and whose home has room for it
    beyond noise (home load plus its rate plus ``z × sd`` under the aim) for ``hold_s``
    is **retired** (back to the hash); so is a faded key lighter than a tenth of the
    tolerated excess (``(balance_target - 1) / 10 × mean``), wherever its home stands:
@@ -383,6 +387,14 @@ class BalanceDecider:
         bar = level * sum(loads) / len(loads)
         return [p for p, (x, m) in enumerate(zip(loads, margin)) if x - m > bar]
 
+    def _under_target(self, loads: Sequence[float], span_s: float) -> bool:
+        """True when every partition's rate in ``loads`` plus its counting noise is under the target:
+        what ends an episode. Not being shown above the aim is not enough: a run of windows that
+        happens to read low would end it while a partition stays truly above the target."""
+        margin = self._margins(loads, span_s)
+        bar = self.policy.balance_target * sum(loads) / len(loads)
+        return all(x + m <= bar for x, m in zip(loads, margin))
+
     def _margins(self, loads: Sequence[float], span_s: float) -> list[float]:
         z = noise_z(len(loads), self.policy.confidence)
         return [z * math.sqrt(max(x * span_s, 1.0)) / span_s for x in loads]
@@ -425,7 +437,7 @@ class BalanceDecider:
                 # only the partitions above it beyond noise) until a full run of windows clears it.
                 hot = self.hot_partitions(loads, span_s, policy.balance_aim)
                 evict_z = noise_z(n, policy.confidence)
-            if not hot and len(self._evidence) >= policy.evidence_windows:
+            if not hot and len(self._evidence) >= policy.evidence_windows and self._under_target(loads, span_s):
                 self._episode = False
         margin = self._margins(loads, span_s)
         mean = sum(loads) / n
@@ -434,19 +446,25 @@ class BalanceDecider:
         by_key = {k.key: k for k in keys}
         z = noise_z(n, policy.confidence)
         negligible = _NEGLIGIBLE * (policy.balance_target - 1) * mean  # too light to unbalance any partition
+        key_span_s = view.total / view.total_rate  # the seconds the key rates were counted over
         for key, entry in self._entries.items():
             k = by_key[key]
-            if entry.placed_rate is None:
-                entry.placed_rate = k.rate
+            listed = key in view.rates
+            if entry.placed_rate is None:  # read back, not placed here: a key nobody lists has faded
+                entry.placed_rate = k.rate if listed else math.inf
             together = loads[k.home] + k.rate  # its home with it back, plus the noise of that count
-            # Its traffic moved on (a steady key stays put: no churn); no instance listing it means it is
-            # under the summaries' floor on every partition it goes to: too light to matter anywhere.
-            quiet = key not in view.rates
-            if quiet:
+            # Its traffic moved on (a steady key stays put: no churn), judged by what it may carry at most:
+            # one window of a light key is mostly noise, and no instance listing it says only that it is
+            # under the summaries' floor of the partitions it goes to (its rate here). A key placed at a
+            # few events a window drifts across that floor; taking each dip for a fade sent it home.
+            if listed:
+                ceiling = k.rate + z * math.sqrt(max(k.rate * key_span_s, 1.0)) / key_span_s
+            else:
+                ceiling = k.rate
                 by_key[key] = k = k._replace(rate=min(k.rate, negligible))
-            faded = quiet or k.rate <= entry.placed_rate / 2
+            faded = ceiling <= entry.placed_rate / 2
             noise = z * math.sqrt(max(together * span_s, 1.0)) / span_s
-            if faded and (quiet or k.rate <= negligible or together + noise <= cap):
+            if faded and (ceiling <= negligible or together + noise <= cap):
                 entry.roomy_since_s = now_s if entry.roomy_since_s is None else entry.roomy_since_s
             else:
                 entry.roomy_since_s = None
