@@ -21,6 +21,7 @@ from test_worker_buckets import (  # noqa: E402
     SETTINGS,
     WIDTH_MS,
     aggregates_by_slot,
+    counts_reached,
     keys_covering_partitions,
     wait_for_topic,
 )
@@ -74,8 +75,7 @@ def test_killing_and_restarting_a_worker_mid_stream_changes_no_final_aggregate(
 
         worker.start()  # same app id: recovers its tables from the changelog, resumes from committed offsets
         aggregates = TopicReader(kafka_bootstrap, names.aggregates, "aggregate")
-        done = aggregates.until(lambda rs: all(aggregates_by_slot(rs).get(slot, {}).get("count") == s.count
-                                               for slot, s in oracle.items()), 120, worker)
+        done = aggregates.until(counts_reached(oracle), 120, worker)
         got = aggregates_by_slot(aggregates.records)
         wrong = {slot: (got.get(slot, {}).get("count"), s.count) for slot, s in oracle.items()
                  if got.get(slot, {}).get("count") != s.count}

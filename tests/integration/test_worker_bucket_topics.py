@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from confluent_kafka import Producer
-from test_worker_buckets import aggregates_by_slot, keys_covering_partitions, wait_for_topic
+from test_worker_buckets import aggregates_by_slot, counts_reached, keys_covering_partitions, wait_for_topic
 from worker_harness import TopicReader, running_worker
 
 from streams.core.aggregate import Stats
@@ -72,8 +72,7 @@ def test_a_worker_on_a_bucket_template_subscribes_to_each_new_bucket_topic_and_a
         assert producer.close().failed == 0
 
         last = buckets.bucket_of(t0 + (BUCKETS - 1) * WIDTH_MS).label
-        assert aggregates.until(lambda rs: all(aggregates_by_slot(rs).get(slot, {}).get("count") == s.count
-                                               for slot, s in oracle.items()), 90, worker), worker.tail()
+        assert aggregates.until(counts_reached(oracle), 90, worker), worker.tail()
         aggregates.poll(1.0)
         got = aggregates_by_slot(aggregates.records)
         for slot, stats in oracle.items():
