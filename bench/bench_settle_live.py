@@ -68,8 +68,7 @@ def main() -> int:
         snapshot = monitor.snapshot()
         total = snapshot.notices_read
         published = {notice.key_display: notice.placement for notice in snapshot.hot_keys}
-        home = Router(TimeBuckets("1m"), [router.current])
-        true = max_over_mean(expected_loads(WORKLOAD, PARTITIONS, lambda key: home.route(key, 0).partition, published))
+        true = max_over_mean(expected_loads(WORKLOAD, PARTITIONS, router.current.partition_of, published))
 
     def balance(first: int, last: int) -> float:
         counts: Counter[int] = Counter()

@@ -248,10 +248,7 @@ class _Traffic:
                  rng: random.Random, rotate_s: float | None = None, ramp_s: float | None = None,
                  ramp_share: float = 0.5) -> None:
         n = self._n = workload.keys
-        cum = workload.cumulative_weights()
-        weights = [1.0 / n] * n if cum is None else [b - a for a, b in zip([0.0, *cum[:-1]], cum)]
-        total = sum(weights)
-        self.weights = [w / total for w in weights]  # by rank
+        self.weights = workload.weights()  # by rank
         self.names = [workload.key_name(i) for i in range(n + 1)]  # key n: the ramping key, outside the ranks
         self._prefix = workload.key_name(0)[:-1]
         placer = make_placer(hash_name, placement, partitions)

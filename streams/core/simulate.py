@@ -122,6 +122,14 @@ class Workload:
             detail = ""
         return f"{self.distribution}(keys={self.keys}{detail}, seed={self.seed})"
 
+    def weights(self) -> list[float]:
+        """Each key index's share of the draws (they add up to 1): what :func:`iter_keys` draws in the long run."""
+        cum = self.cumulative_weights()
+        n = self.keys
+        raw = [1.0 / n] * n if cum is None else [b - a for a, b in zip([0.0, *cum[:-1]], cum)]
+        total = sum(raw)
+        return [w / total for w in raw]
+
     def cumulative_weights(self) -> list[float] | None:
         """The cumulative weights ``random.choices`` draws key indexes with; None for uniform."""
         n = self.keys
@@ -155,17 +163,13 @@ def expected_loads(workload: Workload, partitions: int, home: Callable[[str], in
     Raises ConfigError if ``partitions`` < 1 or a partition is out of range.
     """
     require(_is_int(partitions) and partitions >= 1, "partitions", "an int >= 1", partitions)
-    cum = workload.cumulative_weights()
-    n = workload.keys
-    weights = [1.0 / n] * n if cum is None else [b - a for a, b in zip([0.0, *cum[:-1]], cum)]
-    total = sum(weights)
     loads = [0.0] * partitions
-    for index, weight in enumerate(weights):
+    for index, weight in enumerate(workload.weights()):
         name = workload.key_name(index)
         parts = directory.get(name) or (home(name),)
         for p in parts:
             require(_is_int(p) and 0 <= p < partitions, "partition", f"an int in 0..{partitions - 1}", p)
-            loads[p] += weight / total / len(parts)
+            loads[p] += weight / len(parts)
     return loads
 
 

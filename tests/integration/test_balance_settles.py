@@ -62,8 +62,7 @@ def test_a_steady_zipf_stream_settles_over_two_workers_with_exact_aggregates(kaf
         monitor.close()
         # The balance the published directory gives this workload in the long run: free of counting noise.
         published = {notice.key_display: notice.placement for notice in snapshot.hot_keys}
-        true = max_over_mean(expected_loads(WORKLOAD, PARTITIONS, lambda key: home.route(key, 0).partition,
-                                            published))
+        true = max_over_mean(expected_loads(WORKLOAD, PARTITIONS, router.current.partition_of, published))
         assert early is not None
         last = Counter()
         for second in range(int(SECONDS) - 30, int(SECONDS)):

@@ -188,6 +188,11 @@ def noise_z(partitions: int, confidence: float) -> float:
     return NormalDist().inv_cdf(1 - (1 - confidence) / max(1, partitions))
 
 
+def _noise(rate: float, span_s: float, z: float) -> float:
+    """``z`` Poisson standard deviations of a count of ``rate`` events/s over ``span_s`` seconds, as a rate."""
+    return z * math.sqrt(max(rate * span_s, 1.0)) / span_s
+
+
 def max_over_mean(loads: Sequence[float]) -> float:
     """``max / mean`` of ``loads`` (1.0 is perfectly even); 0.0 when there is no load."""
     total = sum(loads)
@@ -397,7 +402,7 @@ class BalanceDecider:
 
     def _margins(self, loads: Sequence[float], span_s: float) -> list[float]:
         z = noise_z(len(loads), self.policy.confidence)
-        return [z * math.sqrt(max(x * span_s, 1.0)) / span_s for x in loads]
+        return [_noise(x, span_s, z) for x in loads]
 
     def decide(self, view: MergedView, now_s: float) -> list[Decision]:
         """The directory changes this view calls for at ``now_s``, heaviest key first.
@@ -422,9 +427,9 @@ class BalanceDecider:
         if any(p not in rates for p in range(n)) or view.total_rate <= 0:
             return []
         current = [rates[p] for p in range(n)]
-        span_s = view.total / view.total_rate if view.total > 0 else max(view.window_s, 1e-9)
-        self._gather(current, span_s, view.window_s, now_s)
-        loads, span_s = current, span_s
+        window_span_s = view.total / view.total_rate if view.total > 0 else max(view.window_s, 1e-9)
+        self._gather(current, window_span_s, view.window_s, now_s)
+        loads, span_s = current, window_span_s
         # Hysteresis: a plan cut short by max_changes goes on at the aim in the next round.
         hot = self.hot_partitions(current, span_s, policy.balance_aim if self._unfinished else policy.balance_target)
         self._unfinished = False  # one round at the aim; a plan cut short again sets it again
@@ -446,7 +451,6 @@ class BalanceDecider:
         by_key = {k.key: k for k in keys}
         z = noise_z(n, policy.confidence)
         negligible = _NEGLIGIBLE * (policy.balance_target - 1) * mean  # too light to unbalance any partition
-        key_span_s = view.total / view.total_rate  # the seconds the key rates were counted over
         for key, entry in self._entries.items():
             k = by_key[key]
             listed = key in view.rates
@@ -458,13 +462,12 @@ class BalanceDecider:
             # under the summaries' floor of the partitions it goes to (its rate here). A key placed at a
             # few events a window drifts across that floor; taking each dip for a fade sent it home.
             if listed:
-                ceiling = k.rate + z * math.sqrt(max(k.rate * key_span_s, 1.0)) / key_span_s
+                ceiling = k.rate + _noise(k.rate, window_span_s, z)  # key rates are one window's counts
             else:
                 ceiling = k.rate
                 by_key[key] = k = k._replace(rate=min(k.rate, negligible))
             faded = ceiling <= entry.placed_rate / 2
-            noise = z * math.sqrt(max(together * span_s, 1.0)) / span_s
-            if faded and (ceiling <= negligible or together + noise <= cap):
+            if faded and (ceiling <= negligible or together + _noise(together, span_s, z) <= cap):
                 entry.roomy_since_s = now_s if entry.roomy_since_s is None else entry.roomy_since_s
             else:
                 entry.roomy_since_s = None
