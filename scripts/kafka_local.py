@@ -80,11 +80,23 @@ def fetch_jars(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now and this process has not handed out before.
+
+    The kernel may give a just-closed ephemeral port out again at once, so two calls in a row
+    (a node's client and controller listeners) can return the same port; remembering what was
+    handed out keeps them distinct.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _die_with_parent() -> None:

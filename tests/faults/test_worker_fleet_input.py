@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 import urllib.request
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 import orjson  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kafka_local import free_port  # noqa: E402
 from test_worker_buckets import SETTINGS, WIDTH_MS  # noqa: E402
 from test_worker_faults import Oracle, assert_exact, send_sentinels  # noqa: E402
 from worker_harness import TopicReader, Worker, worker_env  # noqa: E402
@@ -36,11 +36,6 @@ from streams.kafka.replay import replay_late  # noqa: E402
 
 BIG = 8 * 1024 * 1024
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_colliding_snowflake_ids_are_all_counted_and_huge_records_are_dead_lettered_without_stopping_the_worker(

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+from kafka_local import free_port
 from test_worker_buckets import SETTINGS
 from worker_harness import running_worker
 
@@ -30,13 +31,6 @@ from streams.kafka.producer import RoutingProducer
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "grafana" / "streams-dashboard.json"
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def queries(panels: list[dict]) -> Iterator[str]:

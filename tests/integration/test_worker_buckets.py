@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import socket
 import time
 import urllib.request
 from collections import defaultdict
@@ -14,6 +13,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from kafka_local import free_port
 from worker_harness import TopicReader, running_worker
 
 from streams.core.aggregate import Stats
@@ -29,11 +29,6 @@ GRACE_MS = 1_000
 SETTINGS = dict(partitions=PARTITIONS, bucket_width="5s", grace="1s", allowed_delay="0s", idle_timeout="3s",
                 retention="1h", hot_min_rate=1e9, session_timeout_s=6)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_topic(bootstrap: str, topic: str, timeout: float = 60) -> None:
