@@ -84,6 +84,7 @@ MEANINGS: dict[tuple[type, str], str] = {
     (WorkerSettings, "balance_hold_s"): "A placement stays at least this many seconds before it changes or is retired.",
     (WorkerSettings, "balance_confidence"): "The chance (0.5 to 0.999999) that a stream truly at the target triggers nothing in a window: a partition counts as hot only when its load is above the target by more than this much counting noise explains.",
     (WorkerSettings, "balance_evidence_windows"): "How many unchanged windows of partition counts (1 to 1000) the trigger adds up, so a small real imbalance shows after a few windows.",
+    (WorkerSettings, "balance_propagation_s"): "Seconds after a directory change during which traffic may still be routed the old way (the notice's trip to the producers, records on their way): the decider trusts no window that begins sooner.",
     (WorkerSettings, "sketch_capacity"): "Capacity of each worker's frequent-items sketch.",
     (WorkerSettings, "metrics_port"): "Serve Prometheus metrics on `http://0.0.0.0:PORT/metrics` (0: off).",
     (WorkerSettings, "session_timeout_s"): "Consumer group session timeout, in seconds.",

@@ -75,6 +75,7 @@ _POLICY_FLAGS = {
     "balance_target": "--balance-target", "balance_aim": "--balance-aim", "min_rate": "--balance-min-rate",
     "max_keys": "--balance-max-keys", "max_changes": "--balance-max-changes", "hold_s": "--balance-hold-s",
     "confidence": "--balance-confidence", "evidence_windows": "--balance-evidence-windows",
+    "propagation_s": "--balance-propagation-s",
     "allow_moves": "--splits-only", "enabled": "--no-balance",
 }
 
@@ -104,6 +105,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        help="the hot set rotates every S seconds: other keys take the heavy ranks")
     fleet.add_argument("--ramp-s", type=float, metavar="S",
                        help="a new key grows from nothing to half the traffic over S seconds (a slow ramp)")
+    fleet.add_argument("--lag-s", type=non_negative_float, default=1.0, metavar="S",
+                       help="seconds from a decision until producers route by it, in whole ticks of a fifth of "
+                            "--window-s (default: 1, the tick after a decision is routed the old way)")
     fleet.add_argument("--exact", action="store_true",
                        help="the decider reads each window's exact counts instead of the workers' summaries")
     fleet.add_argument("--seed-traffic", type=int, default=0, metavar="N",
@@ -138,6 +142,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     balance.add_argument("--balance-evidence-windows", type=positive_int, metavar="N",
                          help="unchanged windows of partition counts the trigger adds up, so a small "
                               f"imbalance shows (default: {defaults.evidence_windows})")
+    balance.add_argument("--balance-propagation-s", type=non_negative_float, metavar="S",
+                         help="after a change, trust no window that begins within S seconds: traffic on its "
+                              f"way is still routed the old way (default: {defaults.propagation_s:g})")
     balance.add_argument("--splits-only", action="store_true",
                          help="never move a key whole: keep Kafka's placement for every key that is not split")
     balance.add_argument("--no-balance", action="store_true", help="turn the decider off (plain hash placement)")
@@ -227,7 +234,8 @@ def _run_fleet(args: argparse.Namespace) -> int:
                             windows=args.windows, rate=args.rate, window_s=args.window_s,
                             policy=policy_from(args, args.partitions), placement=args.placement, hash=args.hash,
                             capacity=_WORKER.sketch_capacity, min_window_events=_WORKER.hot_min_window_events,
-                            rotate_s=args.rotate_s, ramp_s=args.ramp_s, exact=args.exact, seed=args.seed_traffic)
+                            rotate_s=args.rotate_s, ramp_s=args.ramp_s, exact=args.exact, seed=args.seed_traffic,
+                            lag_s=args.lag_s)
     if args.json:
         print_json(report.to_record())
     else:
@@ -240,7 +248,7 @@ def _print_fleet(r: FleetReport) -> None:
     print_fields("fleet simulation", [
         ("keys", f"{r.source} ({r.distinct_keys:,} occurred)"),
         ("fleet", f"{r.partitions} partitions, {r.workers} worker(s), {r.rate:,.0f} events/s, "
-                  f"windows of {r.window_s:g} s"),
+                  f"windows of {r.window_s:g} s, decisions reach producers {r.lag_s:g} s later"),
         ("decider reads", "exact counts" if r.exact else "the workers' summaries, merged"),
         ("decider", "off" if not policy.enabled else
          f"act above max/mean {policy.balance_target:g} beyond counting noise, aim at {policy.balance_aim:g}"),

@@ -336,6 +336,7 @@ class WorkerSettings:
     balance_hold_s: float = 10.0
     balance_confidence: float = BalancePolicy.confidence  # the decider's own defaults
     balance_evidence_windows: int = BalancePolicy.evidence_windows
+    balance_propagation_s: float = BalancePolicy.propagation_s
     sketch_capacity: int = 4096
     metrics_port: int = 0
     session_timeout_s: float = 30.0
@@ -418,6 +419,7 @@ BALANCE_SETTINGS = {
     "min_rate": "balance_min_rate", "max_keys": "balance_max_keys", "max_changes": "balance_max_changes",
     "hold_s": "balance_hold_s", "settle_s": "hot_window_s", "allow_moves": "balance_moves",
     "enabled": "balance_enabled", "confidence": "balance_confidence", "evidence_windows": "balance_evidence_windows",
+    "propagation_s": "balance_propagation_s",
 }
 
 

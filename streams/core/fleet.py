@@ -19,13 +19,16 @@ the same code with the same information at the same pace:
   partition loads, and after each tick publishes :meth:`~streams.core.hotkeys.sketch.SlidingSketch.report`,
   exactly what :class:`streams.worker.processor.EventProcessor` publishes. A
   :class:`~streams.core.hotkeys.balancer.BalanceLoop` (the worker's own decider loop)
-  takes every summary; its decisions change the directory from the next tick on.
+  takes every summary; its decisions reach the producers ``lag_s`` later (the notice's
+  trip through the hot-keys topic and the workers' consumer lag), counted in whole
+  ticks: with the default of one second, the tick after a decision is still routed the
+  old way, as a live fleet routes the records already on their way.
 * ``exact=True`` skips sketches and summaries: the loop is handed the exact counts of
   the last window (the same noise, none of the summaries' loss).
 
 Per window the report has the **measured** max/mean (what the decider last saw), the
-**true** max/mean (the expected loads, from the key weights, under the directory in
-force at the end of the window: free of sampling noise), and the directory changes.
+**true** max/mean (the expected loads, from the key weights, under the directory
+published by the end of the window: free of sampling noise), and the directory changes.
 Pure: no Kafka, no output.
 """
 
@@ -62,8 +65,8 @@ class FleetWindow:
 
     ``measured`` the max/mean of partition rates the decider last saw (None before every
     partition was reported); ``true`` the max/mean of the expected loads under the
-    directory at the window's end; ``changes`` directory changes in the window (``placed``
-    + ``retired``); ``directory`` keys in the directory at its end; ``touched`` distinct
+    directory published by the window's end; ``changes`` directory changes in the window
+    (``placed`` + ``retired``); ``directory`` keys in that directory; ``touched`` distinct
     keys changed since the start; ``summary_items`` / ``summary_bytes`` the largest
     summary any worker published in the window (items, and its JSON size).
     """
@@ -89,7 +92,7 @@ class FleetReport:
     """What :func:`simulate_fleet` found: the setup and one :class:`FleetWindow` per window.
 
     ``hash_only`` is the true max/mean with an empty directory at the start; ``distinct_keys``
-    the keys that occurred at least once.
+    the keys that occurred at least once; ``lag_s`` the time decisions took to reach the producers.
     """
 
     source: str
@@ -102,6 +105,7 @@ class FleetReport:
     hash_only: float
     distinct_keys: int
     windows: tuple[FleetWindow, ...]
+    lag_s: float = 0.0
 
     @property
     def touched(self) -> int:
@@ -126,8 +130,8 @@ class FleetReport:
     def to_record(self) -> dict[str, Any]:
         """A JSON-friendly dict (``policy``: the decider's knobs the run used)."""
         return {"source": self.source, "partitions": self.partitions, "workers": self.workers, "rate": self.rate,
-                "window_s": self.window_s, "exact": self.exact, "policy": dataclasses.asdict(self.policy),
-                "hash_only": self.hash_only,
+                "window_s": self.window_s, "lag_s": self.lag_s, "exact": self.exact,
+                "policy": dataclasses.asdict(self.policy), "hash_only": self.hash_only,
                 "distinct_keys": self.distinct_keys, "touched_keys": self.touched,
                 "touched_fraction": self.touched_fraction,
                 "windows": [w.to_record() for w in self.windows]}
@@ -150,12 +154,15 @@ def simulate_fleet(
     ramp_s: float | None = None,
     exact: bool = False,
     seed: int = 0,
+    lag_s: float = 1.0,
 ) -> FleetReport:
     """Run the fleet for ``windows`` windows of ``window_s`` seconds; see the module docstring.
 
     ``policy`` defaults to ``BalancePolicy(partitions, settle_s=window_s)`` (the worker's);
     ``capacity`` and ``min_window_events`` are the worker settings ``sketch_capacity`` and
-    ``hot_min_window_events``. Raises ConfigError for a value out of range (``workers`` in
+    ``hot_min_window_events``; ``lag_s`` (>= 0) the time from a decision to the producers
+    routing by it (a tick is routed by the decisions at least ``lag_s`` older than its
+    middle). Raises ConfigError for a value out of range (``workers`` in
     1..partitions, ``windows`` >= 1, ``rate`` > 0, ``rotate_s`` > 0), RoutingMapError for a
     bad placement or hash.
     """
@@ -166,6 +173,7 @@ def simulate_fleet(
     require(window_s > 0 and math.isfinite(window_s), "window_s", "a number > 0", window_s)
     require(rotate_s is None or (rotate_s > 0 and math.isfinite(rotate_s)), "rotate_s", "a number > 0", rotate_s)
     require(ramp_s is None or (ramp_s > 0 and math.isfinite(ramp_s)), "ramp_s", "a number > 0", ramp_s)
+    require(lag_s >= 0 and math.isfinite(lag_s), "lag_s", "a number of seconds >= 0", lag_s)
     policy = BalancePolicy(partitions=partitions, settle_s=window_s) if policy is None else policy
     require(policy.partitions == partitions, "policy.partitions", f"the simulated partition count ({partitions})",
             policy.partitions)
@@ -183,10 +191,16 @@ def simulate_fleet(
     hash_only = max_over_mean(traffic.true_loads({}, 0.0))
     out: list[FleetWindow] = []
     measured: float | None = None
+    on_the_way: list[tuple[float, int, tuple[int, ...] | None]] = []  # (in force from, key, partitions or home)
     for window in range(windows):
         placed = retired = items = size = 0
         for tick in range(_SLICES):
             now_s = (window * _SLICES + tick) * tick_s + tick_s / 2
+            due = 0
+            while due < len(on_the_way) and on_the_way[due][0] <= now_s:
+                due += 1
+            _apply(directory, on_the_way[:due])
+            del on_the_way[:due]
             counts = traffic.draw(now_s)
             seen.update(counts)
             by_worker: list[Counter[tuple[int, str]]] = [Counter() for _ in range(workers)]
@@ -227,18 +241,19 @@ def simulate_fleet(
                     index = traffic.index_of(d.key)
                     touched.add(index)
                     if d.kind == "retired":
-                        directory.pop(index, None)
+                        on_the_way.append((at_s + lag_s, index, None))
                         retired += 1
                     else:
-                        directory[index] = d.partitions
+                        on_the_way.append((at_s + lag_s, index, d.partitions))
                         placed += 1
-        true = max_over_mean(traffic.true_loads(directory, (window + 1) * window_s - 1e-6))
-        out.append(FleetWindow(window + 1, measured, true, placed + retired, placed, retired, len(directory),
+        published = _apply(dict(directory), on_the_way)
+        true = max_over_mean(traffic.true_loads(published, (window + 1) * window_s - 1e-6))
+        out.append(FleetWindow(window + 1, measured, true, placed + retired, placed, retired, len(published),
                                len(touched), items, size))
     return FleetReport(workload.describe() + (f", hot set rotating every {rotate_s:g} s" if rotate_s else "")
                        + (f", a new key ramping to half the traffic over {ramp_s:g} s" if ramp_s else ""),
                        partitions, workers, float(rate), float(window_s), exact, policy, hash_only, len(seen),
-                       tuple(out))
+                       tuple(out), float(lag_s))
 
 
 class _Traffic:
@@ -322,6 +337,17 @@ class _Traffic:
             for p in parts:
                 loads[p] += w / len(parts)
         return loads
+
+
+def _apply(directory: dict[int, tuple[int, ...]],
+           changes: Sequence[tuple[float, int, tuple[int, ...] | None]]) -> dict[int, tuple[int, ...]]:
+    """``directory`` with ``changes`` (in force from, key, partitions; None sends the key home) applied, in place."""
+    for _, index, target in changes:
+        if target is None:
+            directory.pop(index, None)
+        else:
+            directory[index] = target
+    return directory
 
 
 def _exact_view(traffic: _Traffic, recent: Sequence[tuple[Counter[int], list[int]]],

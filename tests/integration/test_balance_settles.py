@@ -89,8 +89,8 @@ def test_a_steady_zipf_stream_settles_over_two_workers_with_exact_aggregates(kaf
         beyond_noise = max((c - z * c ** 0.5) / mean for c in counts)
         assert beyond_noise <= policy.balance_target, (beyond_noise, settled)
         assert settled <= 1.25, settled  # and far from the hash alone's skew (4.5) or a half-done plan
-        # Without counting noise: 1.109 in a quiet run (the simulation predicts 1.077); 80 s leave the decider
-        # under a minute of evidence after its first plan, so this bounds a half-done plan, not the aim (1.10).
+        # Without counting noise: 1.099-1.131 in quiet runs (the simulation predicts 1.099); 80 s leave the
+        # decider under a minute of evidence after its first plan, so this bounds a half-done plan, not the aim.
         assert true <= 1.20, (true, published)
         # A decider chasing noise changed the directory every window (issue 27 measured 12-19 changes per 30 s
         # on 12 partitions at 800 events/s); a settling one changes a few keys. Seen in the last 30 s here:

@@ -192,6 +192,17 @@ def test_nothing_is_decided_until_the_last_change_has_settled() -> None:
     assert decider.decide(unbalanced(1.0), 1.0) == []
 
 
+def test_a_window_that_begins_before_a_change_reached_the_producers_is_not_trusted() -> None:
+    # Records routed the old way are still on their way for a while after a change; a window that counts
+    # them reads the old hot partition as hot, and acting on it would move more keys than the imbalance
+    # needs. settle_s has passed at 8 s; the window must also begin propagation_s after the change.
+    policy = BalancePolicy(partitions=4, settle_s=5.0, propagation_s=2.0)
+    decider = BalanceDecider(policy, home=HOMES.__getitem__)
+    assert decider.decide(unbalanced(), 0.0)
+    assert decider.decide(dataclasses.replace(unbalanced(8.0), window_start_s=1.5), 8.0) == []
+    assert decider.decide(dataclasses.replace(unbalanced(8.0), window_start_s=2.5), 8.0)
+
+
 def test_a_view_missing_a_partition_or_a_disabled_policy_decides_nothing() -> None:
     partial = view({0: 600.0, 1: 100.0, 2: 100.0}, {"giant": 400.0})
     assert BalanceDecider(BalancePolicy(partitions=4), home=HOMES.__getitem__).decide(partial, 0.0) == []

@@ -175,6 +175,26 @@ def test_the_simulated_fleet_settles_a_zipf_stream_and_then_stays_put() -> None:
     assert all(w.summary_items <= summary_size(12, 1.10).top for w in report.windows)
 
 
+def test_decisions_that_reach_the_producers_a_tick_late_do_not_set_off_a_second_round() -> None:
+    # The live settle test's fleet (24 partitions, 2 workers, 2,000 events/s). With the decider trusting
+    # windows from the moment it decides, the window after a plan still counts a tick routed the old way,
+    # reads the old hot partitions as hot, and moves 17-24 more keys off them (true max/mean worse at 80 s);
+    # trusting only windows that begin propagation_s (2 s) after a change, it makes the first plan and at
+    # most a refinement or two.
+    workload = Workload("zipf", keys=30_000, zipf_exponent=1.1, seed=5)
+    runs = {}
+    for propagation_s in (0.0, BalancePolicy.propagation_s):
+        policy = BalancePolicy(partitions=24, propagation_s=propagation_s)
+        runs[propagation_s] = [simulate_fleet(workload, partitions=24, workers=2, rate=2000.0, windows=16,
+                                              policy=policy, lag_s=1.0, seed=seed) for seed in range(3)]
+    eager, patient = runs[0.0], runs[BalancePolicy.propagation_s]
+    assert all(sum(w.changes for w in r.windows[2:4]) >= 10 for r in eager), [
+        [w.changes for w in r.windows] for r in eager]
+    for r in patient:
+        changes = [w.changes for w in r.windows]
+        assert sum(changes[2:]) <= 2 and r.windows[-1].true <= 1.10, (changes, [w.true for w in r.windows])
+
+
 def test_the_simulated_fleet_leaves_a_uniform_stream_alone() -> None:
     report = simulate_fleet(Workload("uniform", keys=5_000, seed=1), partitions=12, workers=2, rate=5_000.0,
                             windows=9)
@@ -185,8 +205,10 @@ def test_the_simulated_fleet_follows_a_rotating_hot_set_and_sends_retired_keys_h
     report = simulate_fleet(Workload("zipf", keys=10_000, zipf_exponent=1.1, seed=1), partitions=24, workers=3,
                             rate=20_000.0, windows=16, rotate_s=30.0)  # rotations at windows 7 and 13
     true = [w.true for w in report.windows]
-    assert true[6] > 1.3 and true[7] <= 1.10  # the shift (half placed at once), then placed within a window
-    assert true[12] > 1.3 and true[13] <= 1.10
+    measured = [w.measured or 0.0 for w in report.windows]
+    for rotated in (6, 12):  # the shift shows in the window it happens, and is placed within the next
+        assert measured[rotated] > 1.3 and true[rotated + 1] <= 1.10, (measured, true)
+        assert report.windows[rotated].placed + report.windows[rotated + 1].placed > 0
     assert sum(w.retired for w in report.windows[7:12]) > 0  # the previous hot set went home
     assert report.windows[11].directory < report.windows[7].directory
 
@@ -195,10 +217,12 @@ def test_the_simulated_fleet_follows_a_key_ramping_to_half_the_traffic() -> None
     report = simulate_fleet(Workload("zipf", keys=10_000, zipf_exponent=1.1, seed=1), partitions=24, workers=3,
                             rate=20_000.0, windows=18, ramp_s=60.0)  # 12 windows of ramp, then steady
     assert all(w.true <= 1.12 for w in report.windows[2:])
-    # The ramp is followed without churn: while the key grows its pieces absorb it, and the excess the
-    # first plan's estimates left (1.10 by the ramp's end) is worked down to the aim in one round.
+    # The ramp is followed without churn: the new key is split over 21 partitions once, its pieces absorb
+    # its growth, and as it grows the three partitions without a piece fall behind: a few light keys move
+    # onto them, a handful at a time, twice or three times over the minute (each change is a real shift,
+    # seen once a decision has reached the producers a second later), and nothing after the ramp ends.
     later = [w.changes for w in report.windows[6:]]
-    assert sum(1 for c in later if c) <= 1 and sum(later) <= 10 and later[-3:] == [0, 0, 0], later
+    assert sum(1 for c in later if c) <= 3 and sum(later) <= 20 and later[-2:] == [0, 0], later
     assert report.windows[-1].true <= 1.10
 
 

@@ -24,10 +24,14 @@ The decider does not ask "is this key hot?" but "is the load even?":
    non-overlapping windows (at most ``evidence_windows`` of them), so the noise
    shrinks as ``1/sqrt(windows)`` and a small real imbalance is found after a few
    windows, while a large shift shows in one window alone. Nothing is planned while
-   neither shows a hot partition, nor while the measurement still shows the effect of
-   the last change (``settle_s``). **Hysteresis:** once an imbalance was acted on,
-   the added-up windows are held to ``balance_aim`` instead of the target (and keys
-   leave only the partitions above the aim beyond noise) until a full run of
+   neither shows a hot partition, nor while the measurement may still hold traffic
+   routed before the last change: a window must begin ``propagation_s`` after it (the
+   notice's trip to the producers and the records already on their way; a window that
+   still counts them reads the old hot partition as hot, and the decider would move
+   more keys off it than it should) and ``settle_s`` must have passed.
+   **Hysteresis:** once an imbalance was acted on, the added-up windows are held to
+   ``balance_aim`` instead of the target (and keys leave only the partitions above the
+   aim beyond noise) until a full run of
    ``evidence_windows`` unchanged windows shows none above the aim *and* every
    partition under the target with the same confidence (its load plus ``z × sd``):
    a stream left just above the target by the first plan's estimates is worked
@@ -103,7 +107,9 @@ class BalancePolicy:
     ``settle_s`` (>= 0) how long after a change the measurement is not trusted yet (the sketch window);
     ``allow_moves`` False: keys are only split, never moved whole; ``enabled`` False: decide nothing;
     ``confidence`` (0.5..0.999999) the chance that a stream truly at the target triggers nothing in a window;
-    ``evidence_windows`` (1..1000) how many unchanged windows of partition counts the trigger adds up.
+    ``evidence_windows`` (1..1000) how many unchanged windows of partition counts the trigger adds up;
+    ``propagation_s`` (>= 0) how long after a change traffic may still be routed the old way (a window
+    that begins sooner is not trusted).
     Raises ConfigError naming the field (``balance_aim`` above ``balance_target`` names both).
     """
 
@@ -119,11 +125,12 @@ class BalancePolicy:
     enabled: bool = True
     confidence: float = 0.99
     evidence_windows: int = 12
+    propagation_s: float = 2.0
 
     def __post_init__(self) -> None:
         require(self.partitions.__class__ is int and 1 <= self.partitions <= 2**31 - 1, "partitions",
                 "an int in [1, 2**31-1]", self.partitions)
-        for name in ("balance_target", "balance_aim", "min_rate", "hold_s", "settle_s"):
+        for name in ("balance_target", "balance_aim", "min_rate", "hold_s", "settle_s", "propagation_s"):
             value = getattr(self, name)
             require(value.__class__ in (int, float) and math.isfinite(value) and value >= 0, name,
                     "a finite number >= 0", value)
@@ -363,7 +370,7 @@ class BalanceDecider:
     home: Callable[[str], int]
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _settled_at_s: float = -math.inf
-    _changed_at_s: float = -math.inf
+    _in_force_at_s: float = -math.inf
     _unfinished: bool = False
     _episode: bool = False  # a real imbalance was acted on: work it down to the aim before standing down
     last_plan: Plan | None = None
@@ -409,8 +416,9 @@ class BalanceDecider:
 
         Nothing is decided when the policy is disabled, the view misses a partition's
         rate (an instance has not reported yet: planning on a partial view would pile
-        keys onto the silent partitions), the last change has not settled (``settle_s``
-        has not passed, or a merged window began before it), or no
+        keys onto the silent partitions), the last change has not settled (``propagation_s``
+        and then ``settle_s`` have not passed, or a merged window began before the change
+        was in force, ``propagation_s`` after it), or no
         partition is above the target by more than counting noise explains, in this
         window or in the unchanged windows before it (see the module docstring).
         Raises InvalidArgumentError if ``now_s`` is not finite.
@@ -421,7 +429,7 @@ class BalanceDecider:
         n = policy.partitions
         if not policy.enabled or now_s < self._settled_at_s:
             return []
-        if view.window_start_s is not None and view.window_start_s < self._changed_at_s - 1e-6:
+        if view.window_start_s is not None and view.window_start_s < self._in_force_at_s - 1e-6:
             return []  # some instance's window still holds traffic routed before the last change
         rates = view.partition_rates
         if any(p not in rates for p in range(n)) or view.total_rate <= 0:
@@ -513,8 +521,8 @@ class BalanceDecider:
                 entry = self._entries[key] = _Entry(target, now_s, now_s)
             entry.partitions, entry.changed_s, entry.roomy_since_s, entry.placed_rate = target, now_s, None, k.rate
             out.append(Decision(key, target, k.rate, share, k.home, entry.since_s, "placed"))
-        self._settled_at_s = now_s + policy.settle_s
-        self._changed_at_s = now_s
+        self._in_force_at_s = now_s + policy.propagation_s
+        self._settled_at_s = self._in_force_at_s + policy.settle_s
         self._evidence.clear()  # the loads change now: earlier windows no longer describe them
         return out
 
