@@ -267,6 +267,33 @@ def test_the_decider_loop_ignores_a_worker_catching_up_until_a_window_after() ->
     assert SketchSummary.from_record(summary(1.0, 7).to_record()).backlog == 7
 
 
+def test_the_decider_loop_waits_while_the_traffic_itself_changes() -> None:
+    # Two workers with the same skew; the stream then stops. Each worker's window ends at its own point
+    # of the fall (each has its own lag), so their partitions compare as they would not in steady traffic:
+    # here b still reads the full stream while a's rate has halved, and b's partitions look hot.
+    def summary(instance: str, at_s: float, scale: float) -> SketchSummary:
+        base = {0: 6000, 1: 1000} if instance == "a" else {2: 1000, 3: 1000}
+        counts = {p: round(c * scale) for p, c in base.items()}
+        items = (("giant", counts[0] // 2),) if instance == "a" else (("b-key", counts[2] // 2),)
+        return SketchSummary(instance=instance, window_s=WINDOW_S, span_s=WINDOW_S, total=sum(counts.values()),
+                             items=items, max_error=0, unreported_bound=0, at_s=at_s,
+                             partition_counts=tuple(sorted(counts.items())))
+
+    loop = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
+                       WINDOW_S, 1000)
+    loop.add(summary("a", 10.0, 1.0))
+    assert loop.offer(summary("b", 10.0, 1.0), 10.0).decisions == ()  # first sight of the partitions
+    loop.add(summary("a", 15.5, 0.3))  # the stream is stopping: the merged count falls from 9,000 to 4,100
+    assert loop.offer(summary("b", 15.5, 1.0), 15.5).decisions == ()
+    # Had the rate held, the same views decide (the oracle that the wait above is the rate's doing).
+    steady = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
+                         WINDOW_S, 1000)
+    steady.add(summary("a", 10.0, 1.0))
+    assert steady.offer(summary("b", 10.0, 1.0), 10.0).decisions == ()
+    steady.add(summary("a", 15.5, 1.0))
+    assert "giant" in [d.key for d in steady.offer(summary("b", 15.5, 1.0), 15.5).decisions]
+
+
 # --- streams simulate ---------------------------------------------------------------------------------
 
 

@@ -139,6 +139,61 @@ def test_a_young_sketch_reports_the_span_it_has_seen_at_least_one_slice() -> Non
     assert sketch.summary(105.0).span_s == pytest.approx(5.0)
 
 
+def _read(sketches: list[SlidingSketch], now_s: float, event_times: list[float]) -> None:
+    """One batch read at ``now_s``: its events (one per event time) on partition 0."""
+    for sketch in sketches:
+        sketch.add_partition(0, now_s, len(event_times))
+        if event_times:
+            sketch.add_event_time(now_s, max(event_times))
+
+
+def _reader(until_s: float, stall: tuple[float, float] | None) -> tuple[SlidingSketch, SlidingSketch]:
+    """1,000 events/s from 100 s on, read every 0.1 s but not during ``stall`` (then the backlog at once):
+    a sketch fed the events' times, and one fed only the reader's clock."""
+    timed, untimed = SlidingSketch(5.0, slices=5), SlidingSketch(5.0, slices=5)
+    backlog: list[float] = []
+    for i in range(round((until_s - 100.0) / 0.1)):
+        now = 100.0 + i * 0.1
+        backlog.extend(now - 0.1 + (j + 0.5) * 0.001 for j in range(100))
+        if stall is not None and stall[0] <= now < stall[1]:
+            continue  # stalled: the traffic waits in the partition
+        _read([timed], now, backlog)
+        untimed.add_partition(0, now, len(backlog))
+        backlog = []
+    return timed, untimed
+
+
+def test_a_reader_that_stalled_and_caught_up_reports_the_traffics_rate_not_its_reading_rate() -> None:
+    # A 2 s stall that began before the window, then the backlog read at once: by the reader's clock
+    # the window [110, 114] holds 5.5 s of traffic in 4 s, and its rate reads 1.375x the traffic's.
+    def rate(summary: SketchSummary) -> float:
+        return sum(count for _, count in summary.partition_counts) / summary.span_s
+
+    timed, untimed = _reader(114.0, (108.5, 110.5))
+    caught_up, naive = timed.summary(114.0), untimed.summary(114.0)
+    assert rate(naive) > 1.3 * 1000  # the reader's clock overstates the traffic
+    assert rate(caught_up) == pytest.approx(1000, rel=0.03)
+    assert caught_up.partition_counts == naive.partition_counts  # the same counts; the span is the traffic's
+    # A reader that keeps up reports its own span: there is nothing to correct.
+    timed, untimed = _reader(114.0, None)
+    assert timed.summary(114.0).span_s == untimed.summary(114.0).span_s
+    assert rate(timed.summary(114.0)) == pytest.approx(1000, rel=0.03)
+
+
+def test_event_time_that_stands_still_or_leaps_does_not_distort_the_span() -> None:
+    stopped = SlidingSketch(5.0, slices=5)
+    for i in range(30):  # the stream stops at 102 s: events read later carry nothing newer
+        now = 100.0 + i * 0.1
+        _read([stopped], now, [min(now, 102.0)])
+    reader_span = stopped.summary(104.0).span_s
+    assert reader_span == pytest.approx(4.0)  # slices [100, 101) .. [104, 105), read at 104: the reader's
+    leap = SlidingSketch(5.0, slices=5)
+    for i in range(60):
+        now = 100.0 + i * 0.1
+        _read([leap], now, [now if i != 30 else now + 3600.0])  # one event stamped an hour ahead
+    assert leap.summary(105.95).span_s == pytest.approx(4.95)  # the reader's: a time ahead of it counts as now
+
+
 @given(st.lists(st.integers(0, 300), max_size=3000), st.integers(1, 40))
 @settings(max_examples=60, deadline=None)
 def test_sketch_counts_are_upper_bounds_within_the_stated_error(ids: list[int], top: int) -> None:
@@ -227,7 +282,7 @@ def test_summary_records_round_trip() -> None:
     ({"window_s": 1e9}, "'window_s'"),
     ({"window_s": 0}, "'window_s'"),
     ({"span_s": 0.0}, "'span_s'"),
-    ({"span_s": 11.0}, "'span_s'"),
+    ({"span_s": 21.0}, "'span_s'"),
     ({"at_s": math.inf}, "'at_s'"),
     ({"at_s": "now"}, "'at_s'"),
     ({"instance": 7}, "'instance'"),

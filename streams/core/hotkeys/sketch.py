@@ -87,6 +87,7 @@ MAX_SUMMARY_PARTITIONS = 100_000
 MAX_WINDOW_S = 86_400.0
 _INT64_MAX = 2**63 - 1
 _NO_FALSE_NEGATIVES = frequent_items_error_type.NO_FALSE_NEGATIVES
+_CATCH_UP = 1.05  # a window whose events cover 5 % more event time than its seconds holds a catch-up
 _SEP = "\x1f"  # sketch item = "<partition>\x1f<key>" ("\x1f<key>" when the partition is unknown)
 
 
@@ -129,6 +130,13 @@ class SlidingSketch:
 
     Time never runs backwards: a ``now_s`` earlier than the current slice counts into
     the current slice. Not thread-safe; one sketch per consumer loop.
+
+    Slices are cut by the reader's clock, so a reader that stalled and then caught up
+    counts more traffic in a window than the window's seconds carried: its rates would
+    read high, and only its partitions would look hot. Fed the events' own times
+    (:meth:`add_event_time`), a summary reports as ``span_s`` the stretch of event time
+    the window's records cover when that is longer (by more than 5 %, at most twice the
+    window), so rates stay the traffic's.
     """
 
     def __init__(self, window_s: float, slices: int = 5, capacity: int = 1024) -> None:
@@ -157,6 +165,8 @@ class SlidingSketch:
         self._partition_ring: list[dict[int, int]] = [{} for _ in range(slices)]
         self._partition_current = self._partition_ring[0]
         self._rejected = 0
+        self._event_hi: float | None = None  # the latest event time seen (seconds)
+        self._event_start: list[float | None] = [None] * slices  # _event_hi when each slice began
 
     @property
     def retained_items(self) -> int:
@@ -207,6 +217,20 @@ class SlidingSketch:
         Partition loads are not counted here (see :meth:`add_partition`).
         """
         self.add_many(pairs, now_s)  # type: ignore[arg-type]  # tuples and str share the pending dict
+
+    def add_event_time(self, now_s: float, event_s: float) -> None:
+        """Note that events up to event time ``event_s`` (seconds) were read by ``now_s``.
+
+        Only the latest matters (a late event's time changes nothing), and a time ahead of
+        ``now_s`` counts as ``now_s``: a producer's clock that leaps ahead cannot stretch the
+        span. Raises InvalidArgumentError if ``now_s`` is not finite; a non-finite
+        ``event_s`` is ignored.
+        """
+        if not now_s < self._edge:
+            self._advance(now_s)
+        event_s = min(event_s, now_s)
+        if math.isfinite(event_s) and (self._event_hi is None or event_s > self._event_hi):
+            self._event_hi = event_s
 
     def add_counts(self, counts: Mapping[tuple[int, str], int], now_s: float) -> None:
         """Count ``counts[(partition, key)]`` events per pair, all at time ``now_s`` (what
@@ -289,8 +313,13 @@ class SlidingSketch:
         ranked = sorted(per_key.items(), key=lambda kv: (-kv[1], kv[0]))
         if len(ranked) > top:
             unreported = max(unreported, ranked[top][1])
-        start_s = max(oldest, self._first_epoch) * self._slice_s
-        span_s = min(self.window_s, max(self._slice_s, now_s - start_s))
+        first = max(oldest, self._first_epoch)
+        span_s = min(self.window_s, max(self._slice_s, now_s - first * self._slice_s))
+        began = self._event_start[first % self.slices]
+        if began is not None and self._event_hi is not None:
+            covered = self._event_hi - began  # event time the window's records advanced through
+            if covered > span_s * _CATCH_UP:
+                span_s = min(covered, 2 * span_s)
         return SketchSummary(
             instance=instance, window_s=self.window_s, span_s=span_s, total=total,
             items=tuple((key, min(count, total)) for key, count in ranked[:top]),
@@ -325,6 +354,7 @@ class SlidingSketch:
             self._ring[slot] = frequent_strings_sketch(self._lg)
             self._partition_ring[slot] = {}
             self._epochs[slot] = e
+            self._event_start[slot] = self._event_hi
         self._epoch = epoch
         self._current = self._ring[epoch % self.slices]
         self._partition_current = self._partition_ring[epoch % self.slices]
@@ -359,7 +389,9 @@ class SlidingSketch:
 class SketchSummary:
     """One instance's view of its window, as published on the control topic.
 
-    ``total`` events arrived in the last ``span_s`` seconds (``span_s`` <= ``window_s``).
+    ``total`` events arrived in the last ``span_s`` seconds of traffic (``span_s`` <=
+    ``2 × window_s``: more than the window when the instance caught up with a backlog,
+    see :class:`SlidingSketch`).
     ``items`` are (key, count) pairs, heaviest first, where each count is an *upper
     bound* on the key's true count (never more than ``max_error`` above it); a key
     not listed had at most ``unreported_bound`` events (>= ``max_error``). ``at_s``
@@ -390,7 +422,7 @@ class SketchSummary:
     def __post_init__(self) -> None:
         _text(self.instance, "instance", 0)
         window_s = _number(self.window_s, "window_s", MAX_WINDOW_S, positive=True)
-        span_s = _number(self.span_s, "span_s", window_s, positive=True)
+        span_s = _number(self.span_s, "span_s", 2 * window_s, positive=True)
         total = _count(self.total, "total", _INT64_MAX)
         max_error = _count(self.max_error, "max_error", total)
         unreported = _count(self.unreported_bound, "unreported_bound", total)
