@@ -267,7 +267,7 @@ def test_the_decider_loop_ignores_a_worker_catching_up_until_a_window_after() ->
     assert SketchSummary.from_record(summary(1.0, 7).to_record()).backlog == 7
 
 
-def test_the_decider_loop_waits_while_the_traffic_itself_changes() -> None:
+def test_the_decider_loop_waits_while_the_stream_stops_but_not_while_it_grows() -> None:
     # Two workers with the same skew; the stream then stops. Each worker's window ends at its own point
     # of the fall (each has its own lag), so their partitions compare as they would not in steady traffic:
     # here b still reads the full stream while a's rate has halved, and b's partitions look hot.
@@ -292,6 +292,13 @@ def test_the_decider_loop_waits_while_the_traffic_itself_changes() -> None:
     assert steady.offer(summary("b", 10.0, 1.0), 10.0).decisions == ()
     steady.add(summary("a", 15.5, 1.0))
     assert "giant" in [d.key for d in steady.offer(summary("b", 15.5, 1.0), 15.5).decisions]
+    # A stream that grows (a new elephant adds traffic) is acted on at once.
+    growing = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
+                          WINDOW_S, 1000)
+    growing.add(summary("a", 10.0, 1.0))
+    assert growing.offer(summary("b", 10.0, 1.0), 10.0).decisions == ()
+    growing.add(summary("a", 15.5, 2.0))
+    assert "giant" in [d.key for d in growing.offer(summary("b", 15.5, 1.0), 15.5).decisions]
 
 
 # --- streams simulate ---------------------------------------------------------------------------------

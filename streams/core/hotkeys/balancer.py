@@ -18,10 +18,11 @@ from streams.core.hotkeys.sketch import MergedView, SketchSummary, merge_summari
 
 __all__ = ["BalanceLoop", "Round"]
 
-# A merged rate that moved this much within a window (a stream stopping or starting, a burst): the
-# instances' windows then end at different points of the change (each has its own lag), so their
-# partitions compare as they would not in steady traffic. Counting noise of a window is ~1 %.
-_UNSTEADY = 0.15
+# A merged rate this much below the one a window earlier: a stream stopping or pausing. The instances'
+# windows then end at different points of the fall (each has its own lag), so their partitions compare
+# as they would not in steady traffic. Counting noise of a window is ~1 %. A rising rate is not waited
+# out: a new elephant adds traffic, and it must be placed within about a window.
+_FALLING = 0.15
 
 # An instance more than a tenth of a window behind (half a second at 5 s; a healthy consumer is
 # one fetch, ~0.1 s, behind) reads faster than the traffic comes until it has caught up.
@@ -46,7 +47,7 @@ class BalanceLoop:
     window must hold before the decider is asked (nor is it asked before the windows
     span four fifths of ``window_s``, nor within ``window_s`` of a summary showing an
     instance's partitions changed or an instance more than a tenth of its window behind,
-    nor while the merged rate differs by more than 15 % from the one a window earlier);
+    nor while the merged rate is more than 15 % below the one a window earlier);
     ``interval_s`` the least time between
     two rounds (the workers' summary tick: at 50 workers, four summaries each per second,
     merging on every one would cost a core; once per tick costs ~25 ms/s). Not thread-safe.
@@ -107,22 +108,22 @@ class BalanceLoop:
             return Round(view, measured, ())  # too few events in the window for rates to mean anything yet
         if view.total_rate <= 0 or view.total / view.total_rate < self.min_span_s:
             return Round(view, measured, ())  # a young sketch: a first plan on one slice would be noise-bound
-        if not self._steady_rate(view.total_rate, now_s):
-            return Round(view, measured, ())  # the traffic itself is changing: wait until it holds still
+        if self._falling(view.total_rate, now_s):
+            return Round(view, measured, ())  # the stream is stopping: wait until its rate holds still
         if now_s < self._steady_at_s:
             # Partitions changed hands a window ago or less: the new owner reads its backlog (rates above
             # the traffic), the old one's window still counts them. Neither is the load producers put there.
             return Round(view, measured, ())
         return Round(view, measured, tuple(self.decider.decide(view, now_s)))
 
-    def _steady_rate(self, rate: float, now_s: float) -> bool:
-        """Remember ``rate`` at ``now_s``; False when it differs by more than 15 % from the merged
-        rate of about a window earlier (the newest one at least ``window_s`` old)."""
+    def _falling(self, rate: float, now_s: float) -> bool:
+        """Remember ``rate`` at ``now_s``; True when it is more than 15 % below the merged rate of
+        about a window earlier (the newest one at least ``window_s`` old)."""
         rates = self._rates
         rates.append((now_s, rate))
         while len(rates) >= 2 and now_s - rates[1][0] >= self.window_s:
             rates.pop(0)  # rates[0] stays the newest at least a window old
         at_s, earlier = rates[0]
-        if now_s - at_s < self.window_s or earlier <= 0:
-            return True  # nothing a window old to compare with yet
-        return abs(rate - earlier) <= _UNSTEADY * earlier
+        if now_s - at_s < self.window_s:
+            return False  # nothing a window old to compare with yet
+        return rate < (1 - _FALLING) * earlier
