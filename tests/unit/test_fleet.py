@@ -279,26 +279,18 @@ def test_the_decider_loop_waits_while_the_stream_stops_but_not_while_it_grows() 
                              items=items, max_error=0, unreported_bound=0, at_s=at_s,
                              partition_counts=tuple(sorted(counts.items())))
 
-    loop = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
-                       WINDOW_S, 1000)
-    loop.add(summary("a", 10.0, 1.0))
-    assert loop.offer(summary("b", 10.0, 1.0), 10.0).decisions == ()  # first sight of the partitions
-    loop.add(summary("a", 15.5, 0.3))  # the stream is stopping: the merged count falls from 9,000 to 4,100
-    assert loop.offer(summary("b", 15.5, 1.0), 15.5).decisions == ()
-    # Had the rate held, the same views decide (the oracle that the wait above is the rate's doing).
-    steady = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
-                         WINDOW_S, 1000)
-    steady.add(summary("a", 10.0, 1.0))
-    assert steady.offer(summary("b", 10.0, 1.0), 10.0).decisions == ()
-    steady.add(summary("a", 15.5, 1.0))
-    assert "giant" in [d.key for d in steady.offer(summary("b", 15.5, 1.0), 15.5).decisions]
-    # A stream that grows (a new elephant adds traffic) is acted on at once.
-    growing = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
-                          WINDOW_S, 1000)
-    growing.add(summary("a", 10.0, 1.0))
-    assert growing.offer(summary("b", 10.0, 1.0), 10.0).decisions == ()
-    growing.add(summary("a", 15.5, 2.0))
-    assert "giant" in [d.key for d in growing.offer(summary("b", 15.5, 1.0), 15.5).decisions]
+    def decided_after(scale_a: float) -> list[str]:
+        """Keys decided at 15.5 s when a's traffic went from 1x to ``scale_a`` and b's held."""
+        loop = BalanceLoop(BalanceDecider(BalancePolicy(partitions=4, settle_s=WINDOW_S), home=lambda key: 0),
+                           WINDOW_S, 1000)
+        loop.add(summary("a", 10.0, 1.0))
+        assert loop.offer(summary("b", 10.0, 1.0), 10.0).decisions == ()  # first sight of the partitions
+        loop.add(summary("a", 15.5, scale_a))
+        return [d.key for d in loop.offer(summary("b", 15.5, 1.0), 15.5).decisions]
+
+    assert decided_after(0.3) == []  # the stream is stopping: the merged count falls from 9,000 to 4,100
+    assert "giant" in decided_after(1.0)  # had the rate held, the same views decide (the oracle)
+    assert "giant" in decided_after(2.0)  # a stream that grows (a new elephant adds traffic): at once
 
 
 # --- streams simulate ---------------------------------------------------------------------------------
