@@ -80,7 +80,6 @@ _META = "meta|"
 _IDS = "ids|"
 _MAX_KEY_CHARS = MAX_KEY_BYTES // 4  # a str this short is within MAX_KEY_BYTES whatever its characters
 _MS_LIMIT = 2**62  # the time arithmetic's range; an event time past it is judged as this far
-_NO_TIME = -(2**63)  # below any clamped event time: no on-time event in the batch
 
 Source = tuple[str, int]  # (topic, partition) a record was read from
 
@@ -643,7 +642,6 @@ class EventProcessor:
         salts_ok: dict[bytes, bool] = {}  # streams-salt header -> whether it is valid (a producer sends few values)
         isfinite = math.isfinite
         duplicates = 0
-        newest = _NO_TIME  # the latest on-time event time of the batch: the sketch's traffic clock
         for msg in msgs:
             # One unpacking instead of a property call per field: this loop runs once per event.
             topic, partition, offset, _, payload, headers = msg
@@ -704,8 +702,6 @@ class EventProcessor:
             kind = placement.kind
             if kind is on_time:
                 add_key((partition, key))
-                if ts > newest:
-                    newest = ts
                 if dedup:
                     identity = _identity_hash(id_kind, id_number, key, ts, value)
                     folded = fold(source, offset, placement.bucket.index, key, value,  # type: ignore[union-attr]
@@ -726,8 +722,9 @@ class EventProcessor:
             self.sketch.add_partition(partition, now_s, count)
         if keys:
             self.sketch.add_pairs(keys, now_s)
-        if newest != _NO_TIME:
-            self.sketch.add_event_time(now_s, newest / 1000)
+            latest = self.watermarks.latest_agreed_ts()  # the roller observed every event's time
+            if latest is not None:
+                self.sketch.add_event_time(now_s, latest / 1000)
         return out
 
     def _late(self, msg: InMessage, event: Mapping[str, Any], index: int, ts: int, now: int, reason: str) -> Output:
