@@ -271,3 +271,29 @@ def test_a_steady_placed_key_stays_placed_even_when_its_home_has_room() -> None:
     for now_s in (1.0, 12.0, 30.0, 60.0):  # same rate as when placed: moving it back would only cost its order
         assert decider.decide(view(calm, {"m": 20.0}, now_s), now_s) == []
     assert decider.directory == {"m": (2,)}
+
+
+def retire_then_elephant(loads: Mapping[int, float], placed_rate: float, faded_rate: float | None) -> list[str]:
+    """Place "m" at ``placed_rate``, let it fade to ``faded_rate`` (None: nobody lists it) until it is
+    retired at 12 s, then show a new elephant in a window that begins 0.5 s before that retirement."""
+    policy = BalancePolicy(partitions=4, hold_s=10.0, settle_s=1.0, propagation_s=2.0)
+    decider = BalanceDecider(policy, home={"m": 0, "giant": 0}.__getitem__)
+    decider.restore({"m": (2,)}, now_s=0.0)
+    faded = {} if faded_rate is None else {"m": faded_rate}
+    assert decider.decide(view(loads, {"m": placed_rate}, 0.5), 0.5) == []
+    assert decider.decide(view(loads, faded, 1.0), 1.0) == []  # faded: held hold_s
+    assert [d.kind for d in decider.decide(view(loads, faded, 12.0), 12.0)] == ["retired"]
+    elephant = view({0: 2000.0, 1: 1000.0, 2: 1000.0, 3: 1000.0}, {"giant": 1000.0}, 12.5)
+    return [f"{d.key} {d.kind}" for d in decider.decide(dataclasses.replace(elephant, window_start_s=11.5), 12.5)]
+
+
+def test_sending_home_a_key_that_went_quiet_does_not_hold_up_the_next_imbalance() -> None:
+    # Seen in bench_latency: a retirement set off the allowance for records in flight (propagation_s, then
+    # settle_s), and a new elephant arriving right after waited 2-3 s for it. A key gone quiet carries no
+    # records to be in flight and moves no load, so the next window is trusted as it comes.
+    assert retire_then_elephant({0: 1000.0, 1: 1000.0, 2: 1020.0, 3: 1000.0}, 100.0, None) == ["giant placed"]
+
+
+def test_a_retirement_that_moves_real_load_still_waits_for_its_records_in_flight() -> None:
+    # Under half its rate as placed (it faded) and its home has room: it goes home carrying 150 events/s.
+    assert retire_then_elephant({0: 800.0, 1: 1000.0, 2: 1000.0, 3: 1000.0}, 400.0, 150.0) == []

@@ -28,7 +28,9 @@ The decider does not ask "is this key hot?" but "is the load even?":
    routed before the last change: a window must begin ``propagation_s`` after it (the
    notice's trip to the producers and the records already on their way; a window that
    still counts them reads the old hot partition as hot, and the decider would move
-   more keys off it than it should) and ``settle_s`` must have passed.
+   more keys off it than it should) and ``settle_s`` must have passed. A change that moves
+   next to nothing (keys that went quiet going home: together under a tenth of the
+   tolerated excess) starts neither wait, so it cannot hold up a new elephant.
    **Hysteresis:** once an imbalance was acted on, the added-up windows are held to
    ``balance_aim`` instead of the target (and keys leave only the partitions above the
    aim beyond noise) until a full run of
@@ -521,9 +523,12 @@ class BalanceDecider:
                 entry = self._entries[key] = _Entry(target, now_s, now_s)
             entry.partitions, entry.changed_s, entry.roomy_since_s, entry.placed_rate = target, now_s, None, k.rate
             out.append(Decision(key, target, k.rate, share, k.home, entry.since_s, "placed"))
-        self._in_force_at_s = now_s + policy.propagation_s
-        self._settled_at_s = self._in_force_at_s + policy.settle_s
-        self._evidence.clear()  # the loads change now: earlier windows no longer describe them
+        # Retiring keys that went quiet moves next to nothing: in-flight records cannot distort a window,
+        # and waiting out propagation_s and settle_s after it delayed a new elephant by seconds.
+        if sum(by_key[key].rate for key in plan.changed) > negligible:
+            self._in_force_at_s = now_s + policy.propagation_s
+            self._settled_at_s = self._in_force_at_s + policy.settle_s
+            self._evidence.clear()  # the loads change now: earlier windows no longer describe them
         return out
 
     def _gather(self, loads: Sequence[float], span_s: float, window_s: float, now_s: float) -> None:
