@@ -722,9 +722,16 @@ class EventProcessor:
             self.sketch.add_partition(partition, now_s, count)
         if keys:
             self.sketch.add_pairs(keys, now_s)
-            latest = self.watermarks.latest_agreed_ts()  # the roller observed every event's time
-            if latest is not None:
-                self.sketch.add_event_time(now_s, latest / 1000)
+            # How far each partition's event time got (the roller observed every event's time; the time two
+            # records reached, so one record with a clock far ahead cannot move it): a partition that fell
+            # behind and caught up is read faster than its traffic, and the sketch corrects its rate.
+            agreed, times = self.watermarks.agreed_event_ts, {}
+            for (_, partition), sid in sids.items():
+                ts = agreed(sid)
+                if ts is not None and ts > times.get(partition, -_MS_LIMIT - 1):
+                    times[partition] = ts
+            if times:
+                self.sketch.add_partition_event_times(now_s, {p: ts / 1000 for p, ts in times.items()})
         return out
 
     def _late(self, msg: InMessage, event: Mapping[str, Any], index: int, ts: int, now: int, reason: str) -> Output:

@@ -180,6 +180,37 @@ def test_a_reader_that_stalled_and_caught_up_reports_the_traffics_rate_not_its_r
     assert rate(timed.summary(114.0)) == pytest.approx(1000, rel=0.03)
 
 
+def test_a_partition_that_fell_behind_and_caught_up_alone_is_corrected_alone() -> None:
+    # Two partitions at 500 events/s, each event keyed by its partition; partition 1's fetch stalls for 2 s
+    # (a starved worker) and its backlog is read at once, while partition 0 keeps up. The reader's window
+    # [110, 114] holds 5.5 s of partition 1's traffic: read by the reader's clock it is 1.375x as busy as
+    # partition 0, and its key as heavy. Fed each partition's event time, only partition 1 is scaled back.
+    timed, untimed = SlidingSketch(5.0, slices=5), SlidingSketch(5.0, slices=5)
+    backlog: dict[int, list[float]] = {0: [], 1: []}
+    for i in range(140):
+        now = 100.0 + i * 0.1
+        for p in (0, 1):
+            backlog[p].extend(now - 0.1 + (j + 0.5) * 0.002 for j in range(50))
+        reading = [p for p in (0, 1) if p == 0 or not 108.5 <= now < 110.5]
+        for sketch in (timed, untimed):
+            for p in reading:
+                sketch.add_partition(p, now, len(backlog[p]))
+                sketch.add_pairs([(p, f"k{p}")] * len(backlog[p]), now)
+        timed.add_partition_event_times(now, {p: max(backlog[p]) for p in reading})
+        for p in reading:
+            backlog[p] = []
+
+    def rates(summary: SketchSummary) -> tuple[dict[int, float], dict[str, float]]:
+        return ({p: c / summary.span_s for p, c in summary.partition_counts},
+                {k: c / summary.span_s for k, c in summary.items})
+
+    (naive_parts, naive_keys) = rates(untimed.summary(114.0, top=4, partitions=[0, 1], per_partition=2))
+    (parts, keys) = rates(timed.summary(114.0, top=4, partitions=[0, 1], per_partition=2))
+    assert naive_parts[1] > 1.3 * naive_parts[0] and naive_keys["k1"] > 1.3 * naive_keys["k0"]
+    assert parts[1] == pytest.approx(500, rel=0.03) and keys["k1"] == pytest.approx(500, rel=0.03)
+    assert parts[0] == naive_parts[0] and keys["k0"] == naive_keys["k0"]  # the partition that kept up is as read
+
+
 def test_event_time_that_stands_still_or_leaps_does_not_distort_the_span() -> None:
     stopped = SlidingSketch(5.0, slices=5)
     for i in range(30):  # the stream stops at 102 s: events read later carry nothing newer

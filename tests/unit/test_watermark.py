@@ -246,13 +246,3 @@ def test_hold_active_ignores_untracked_partitions_and_refuses_a_bad_clock() -> N
     assert tracker.tracked() == ()
     with pytest.raises(InvalidBucketError, match="now_ms"):
         tracker.hold_active([0], now_ms="soon")  # type: ignore[arg-type]
-
-
-def test_latest_agreed_ts_is_the_furthest_time_two_records_of_one_partition_reached() -> None:
-    tracker = WatermarkTracker(allowed_delay_ms=0, idle_timeout_ms=10_000, agreement=2)
-    assert tracker.latest_agreed_ts() is None
-    tracker.observe(0, 1_000, 0)
-    assert tracker.latest_agreed_ts() is None  # one record agrees with nothing yet
-    for partition, ts in ((0, 2_000), (1, 5_000), (1, 4_000), (1, 9_999_000)):  # the last: a clock far ahead
-        tracker.observe(partition, ts, 0)
-    assert tracker.latest_agreed_ts() == 5_000

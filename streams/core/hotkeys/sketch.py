@@ -136,7 +136,12 @@ class SlidingSketch:
     read high, and only its partitions would look hot. Fed the events' own times
     (:meth:`add_event_time`), a summary reports as ``span_s`` the stretch of event time
     the window's records cover when that is longer (by more than 5 %, at most twice the
-    window), so rates stay the traffic's.
+    window), so rates stay the traffic's. A reader's partitions need not lag alike (under a
+    starved CPU one partition's fetch falls behind and catches up while the others keep
+    up): fed each partition's event time (:meth:`add_partition_event_times`), a summary
+    keeps the reader's span and scales down, partition by partition, the counts of a
+    partition whose records cover more event time than that (its load and the keys
+    listed on it), so only the partitions that caught up are corrected.
     """
 
     def __init__(self, window_s: float, slices: int = 5, capacity: int = 1024) -> None:
@@ -167,6 +172,8 @@ class SlidingSketch:
         self._rejected = 0
         self._event_hi: float | None = None  # the latest event time seen (seconds)
         self._event_start: list[float | None] = [None] * slices  # _event_hi when each slice began
+        self._partition_event_hi: dict[int, float] = {}  # the latest event time seen per partition
+        self._partition_event_start: list[dict[int, float]] = [{} for _ in range(slices)]  # per slice, as above
 
     @property
     def retained_items(self) -> int:
@@ -232,6 +239,23 @@ class SlidingSketch:
         if math.isfinite(event_s) and (self._event_hi is None or event_s > self._event_hi):
             self._event_hi = event_s
 
+    def add_partition_event_times(self, now_s: float, times: Mapping[int, float]) -> None:
+        """Note, per source partition, that its events up to event time ``times[partition]``
+        (seconds) were read by ``now_s``; as :meth:`add_event_time` for each (which it also does
+        with the latest of them). Raises InvalidArgumentError if ``now_s`` is not finite."""
+        if not now_s < self._edge:
+            self._advance(now_s)
+        hi = self._partition_event_hi
+        latest = -math.inf
+        for partition, event_s in times.items():
+            event_s = min(event_s, now_s)
+            if math.isfinite(event_s):
+                latest = max(latest, event_s)
+                if event_s > hi.get(partition, -math.inf):
+                    hi[partition] = event_s
+        if latest > -math.inf:
+            self.add_event_time(now_s, latest)
+
     def add_counts(self, counts: Mapping[tuple[int, str], int], now_s: float) -> None:
         """Count ``counts[(partition, key)]`` events per pair, all at time ``now_s`` (what
         :meth:`add_pairs` counts from a batch of events, already added up)."""
@@ -287,6 +311,15 @@ class SlidingSketch:
                 for partition, count in counts.items():
                     partition_counts[partition] = partition_counts.get(partition, 0) + count
         total = merged.total_weight
+        first = max(oldest, self._first_epoch)
+        span_s = min(self.window_s, max(self._slice_s, now_s - first * self._slice_s))
+        scale = self._caught_up(first, span_s)  # partition -> its traffic's share of what was read
+        if scale:
+            raw = sum(partition_counts.values())
+            for partition, factor in scale.items():
+                if partition in partition_counts:
+                    partition_counts[partition] = round(partition_counts[partition] * factor)
+            total = round(total * sum(partition_counts.values()) / raw) if raw else total
         max_error = merged.get_upper_bound("") - merged.get_lower_bound("")  # the sketch's offset
         owned = len(partition_counts) or 1
         floor = max(1, math.ceil(min_share * sum(partition_counts.values()) / owned))
@@ -295,7 +328,9 @@ class SlidingSketch:
         per_key: dict[str, int] = {}
         if per_partition is None:
             for item, _, _, upper in rows:
-                key = item.split(_SEP, 1)[1]
+                where, key = item.split(_SEP, 1)
+                if scale and where.isdigit() and int(where) in scale:
+                    upper = round(upper * scale[int(where)])
                 per_key[key] = per_key.get(key, 0) + upper
             unreported = max_error
         else:
@@ -305,6 +340,10 @@ class SlidingSketch:
                 where, key = item.split(_SEP, 1)
                 if upper < floor:
                     break  # rows are heaviest first
+                if scale and where.isdigit() and int(where) in scale:
+                    upper = round(upper * scale[int(where)])
+                    if upper < floor:
+                        continue
                 if taken.get(where, 0) >= per_partition:
                     unreported = max(unreported, upper)
                     continue
@@ -313,10 +352,8 @@ class SlidingSketch:
         ranked = sorted(per_key.items(), key=lambda kv: (-kv[1], kv[0]))
         if len(ranked) > top:
             unreported = max(unreported, ranked[top][1])
-        first = max(oldest, self._first_epoch)
-        span_s = min(self.window_s, max(self._slice_s, now_s - first * self._slice_s))
         began = self._event_start[first % self.slices]
-        if began is not None and self._event_hi is not None:
+        if not self._partition_event_hi and began is not None and self._event_hi is not None:
             covered = self._event_hi - began  # event time the window's records advanced through
             if covered > span_s * _CATCH_UP:
                 span_s = min(covered, 2 * span_s)
@@ -326,6 +363,18 @@ class SlidingSketch:
             max_error=min(max_error, total), unreported_bound=min(unreported, total), at_s=float(now_s),
             partition_counts=tuple(sorted(partition_counts.items())), backlog=backlog,
         )
+
+    def _caught_up(self, first: int, span_s: float) -> dict[int, float]:
+        """For each partition whose records in the window beginning at slice ``first`` cover more
+        event time than ``span_s`` (by over 5 %; at most twice it counts), ``span_s`` over that:
+        the share of what was read there that the window's seconds carried."""
+        starts = self._partition_event_start[first % self.slices]
+        out: dict[int, float] = {}
+        for partition, hi in self._partition_event_hi.items():
+            began = starts.get(partition)
+            if began is not None and hi - began > span_s * _CATCH_UP:
+                out[partition] = span_s / min(hi - began, 2 * span_s)
+        return out
 
     def report(self, now_s: float, *, instance: str, partitions: Iterable[int],
                balance_target: float, backlog: int = 0) -> SketchSummary:
@@ -349,12 +398,14 @@ class SlidingSketch:
             fresh = range(epoch - self.slices + 1, epoch + 1)
         else:
             fresh = range(max(self._epoch + 1, epoch - self.slices + 1), epoch + 1)
+        starts = dict(self._partition_event_hi)  # read-only once taken: the fresh slices share it
         for e in fresh:
             slot = e % self.slices
             self._ring[slot] = frequent_strings_sketch(self._lg)
             self._partition_ring[slot] = {}
             self._epochs[slot] = e
             self._event_start[slot] = self._event_hi
+            self._partition_event_start[slot] = starts
         self._epoch = epoch
         self._current = self._ring[epoch % self.slices]
         self._partition_current = self._partition_ring[epoch % self.slices]

@@ -255,12 +255,6 @@ class WatermarkTracker:
         top = self._top.get(partition)
         return top[self.agreement - 1] if top and len(top) >= self.agreement else None
 
-    def latest_agreed_ts(self) -> int | None:
-        """The largest :meth:`agreed_event_ts` over the tracked partitions (None before any): how far
-        the stream's event time has got, which one record with a clock far ahead cannot move."""
-        agreement = self.agreement
-        return max((top[agreement - 1] for top in self._top.values() if len(top) >= agreement), default=None)
-
     def top_event_ts(self, partition: int) -> tuple[int, ...]:
         """The ``agreement`` largest event times of ``partition``, largest first (what a checkpoint keeps)."""
         return tuple(self._top.get(partition, ()))
