@@ -108,6 +108,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     fleet.add_argument("--lag-s", type=non_negative_float, default=1.0, metavar="S",
                        help="seconds from a decision until producers route by it, in whole ticks of a fifth of "
                             "--window-s (default: 1, the tick after a decision is routed the old way)")
+    fleet.add_argument("--stall", type=non_negative_float, default=0.0, metavar="P",
+                       help="chance per worker and tick (0..1) that a starved worker reads only half its partitions, "
+                            "the rest with their backlog a tick later (default: 0)")
     fleet.add_argument("--exact", action="store_true",
                        help="the decider reads each window's exact counts instead of the workers' summaries")
     fleet.add_argument("--seed-traffic", type=int, default=0, metavar="N",
@@ -235,7 +238,7 @@ def _run_fleet(args: argparse.Namespace) -> int:
                             policy=policy_from(args, args.partitions), placement=args.placement, hash=args.hash,
                             capacity=_WORKER.sketch_capacity, min_window_events=_WORKER.hot_min_window_events,
                             rotate_s=args.rotate_s, ramp_s=args.ramp_s, exact=args.exact, seed=args.seed_traffic,
-                            lag_s=args.lag_s)
+                            lag_s=args.lag_s, stall=args.stall)
     if args.json:
         print_json(report.to_record())
     else:
@@ -248,7 +251,8 @@ def _print_fleet(r: FleetReport) -> None:
     print_fields("fleet simulation", [
         ("keys", f"{r.source} ({r.distinct_keys:,} occurred)"),
         ("fleet", f"{r.partitions} partitions, {r.workers} worker(s), {r.rate:,.0f} events/s, "
-                  f"windows of {r.window_s:g} s, decisions reach producers {r.lag_s:g} s later"),
+                  f"windows of {r.window_s:g} s, decisions reach producers {r.lag_s:g} s later"
+                  + (f", a worker starved in {100 * r.stall:g}% of ticks" if r.stall else "")),
         ("decider reads", "exact counts" if r.exact else "the workers' summaries, merged"),
         ("decider", "off" if not policy.enabled else
          f"act above max/mean {policy.balance_target:g} beyond counting noise, aim at {policy.balance_aim:g}"),

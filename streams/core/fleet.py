@@ -23,6 +23,13 @@ the same code with the same information at the same pace:
   trip through the hot-keys topic and the workers' consumer lag), counted in whole
   ticks: with the default of one second, the tick after a decision is still routed the
   old way, as a live fleet routes the records already on their way.
+* A worker notes, per partition, how far the event time it read got (the end of the
+  tick it read last), as stage 1 does from its watermark tracker. With ``stall`` (a
+  chance per worker and tick) a worker starved of CPU reads only half of its
+  partitions that tick, chosen at random; the others' events wait and are read the
+  tick after with its own, as a lagging fetch catches up. A catch-up that straddles a
+  window's start puts more than a window of traffic in it: the event times let the
+  sketch correct that partition, as in the fleet.
 * ``exact=True`` skips sketches and summaries: the loop is handed the exact counts of
   the last window (the same noise, none of the summaries' loss).
 
@@ -106,6 +113,7 @@ class FleetReport:
     distinct_keys: int
     windows: tuple[FleetWindow, ...]
     lag_s: float = 0.0
+    stall: float = 0.0
 
     @property
     def touched(self) -> int:
@@ -130,7 +138,7 @@ class FleetReport:
     def to_record(self) -> dict[str, Any]:
         """A JSON-friendly dict (``policy``: the decider's knobs the run used)."""
         return {"source": self.source, "partitions": self.partitions, "workers": self.workers, "rate": self.rate,
-                "window_s": self.window_s, "lag_s": self.lag_s, "exact": self.exact,
+                "window_s": self.window_s, "lag_s": self.lag_s, "stall": self.stall, "exact": self.exact,
                 "policy": dataclasses.asdict(self.policy), "hash_only": self.hash_only,
                 "distinct_keys": self.distinct_keys, "touched_keys": self.touched,
                 "touched_fraction": self.touched_fraction,
@@ -155,6 +163,7 @@ def simulate_fleet(
     exact: bool = False,
     seed: int = 0,
     lag_s: float = 1.0,
+    stall: float = 0.0,
 ) -> FleetReport:
     """Run the fleet for ``windows`` windows of ``window_s`` seconds; see the module docstring.
 
@@ -162,7 +171,8 @@ def simulate_fleet(
     ``capacity`` and ``min_window_events`` are the worker settings ``sketch_capacity`` and
     ``hot_min_window_events``; ``lag_s`` (>= 0) the time from a decision to the producers
     routing by it (a tick is routed by the decisions at least ``lag_s`` older than its
-    middle). Raises ConfigError for a value out of range (``workers`` in
+    middle); ``stall`` (0..1) the chance per worker and tick that it reads only half its
+    partitions (see the module docstring). Raises ConfigError for a value out of range (``workers`` in
     1..partitions, ``windows`` >= 1, ``rate`` > 0, ``rotate_s`` > 0), RoutingMapError for a
     bad placement or hash.
     """
@@ -174,6 +184,7 @@ def simulate_fleet(
     require(rotate_s is None or (rotate_s > 0 and math.isfinite(rotate_s)), "rotate_s", "a number > 0", rotate_s)
     require(ramp_s is None or (ramp_s > 0 and math.isfinite(ramp_s)), "ramp_s", "a number > 0", ramp_s)
     require(lag_s >= 0 and math.isfinite(lag_s), "lag_s", "a number of seconds >= 0", lag_s)
+    require(0 <= stall <= 1, "stall", "a chance in [0, 1]", stall)
     policy = BalancePolicy(partitions=partitions, settle_s=window_s) if policy is None else policy
     require(policy.partitions == partitions, "policy.partitions", f"the simulated partition count ({partitions})",
             policy.partitions)
@@ -192,6 +203,7 @@ def simulate_fleet(
     out: list[FleetWindow] = []
     measured: float | None = None
     on_the_way: list[tuple[float, int, tuple[int, ...] | None]] = []  # (in force from, key, partitions or home)
+    waiting: list[tuple[Counter[tuple[int, str]], dict[int, int]]] = [(Counter(), {}) for _ in range(workers)]
     for window in range(windows):
         placed = retired = items = size = 0
         for tick in range(_SLICES):
@@ -225,10 +237,20 @@ def simulate_fleet(
                 rounds.append(loop.consider(_exact_view(traffic, recent, directory, tick_s, window_s, at_s), at_s))
             else:
                 for w, sketch in enumerate(sketches):
-                    sketch.add_counts(by_worker[w], now_s)
+                    pairs, backlog = waiting[w]
+                    pairs.update(by_worker[w])
                     for p in owned[w]:
-                        if loads[p]:
-                            sketch.add_partition(p, now_s, loads[p])
+                        backlog[p] = backlog.get(p, 0) + loads[p]
+                    starved = stall > 0 and rng.random() < stall
+                    reading = rng.sample(owned[w], len(owned[w]) // 2) if starved else owned[w]
+                    read = Counter({pk: c for pk, c in pairs.items() if not starved or pk[0] in reading})
+                    for pk in read:
+                        del pairs[pk]
+                    sketch.add_counts(read, now_s)
+                    for p in reading:
+                        if backlog.get(p):
+                            sketch.add_partition(p, now_s, backlog.pop(p))
+                    sketch.add_partition_event_times(now_s, dict.fromkeys(reading, at_s))
                     summary = sketch.report(at_s, instance=f"worker-{w}", partitions=owned[w],
                                             balance_target=policy.balance_target)
                     items = max(items, len(summary.items))
@@ -253,7 +275,7 @@ def simulate_fleet(
     return FleetReport(workload.describe() + (f", hot set rotating every {rotate_s:g} s" if rotate_s else "")
                        + (f", a new key ramping to half the traffic over {ramp_s:g} s" if ramp_s else ""),
                        partitions, workers, float(rate), float(window_s), exact, policy, hash_only, len(seen),
-                       tuple(out), float(lag_s))
+                       tuple(out), float(lag_s), float(stall))
 
 
 class _Traffic:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from streams.cli import simulate as cli
 from streams.core.config import WorkerSettings
+from streams.core.errors import ConfigError
 from streams.core.fleet import simulate_fleet
 from streams.core.hotkeys.balancer import BalanceLoop
 from streams.core.hotkeys.decider import BalanceDecider, BalancePolicy, noise_z
@@ -359,3 +360,29 @@ def test_simulate_defaults_its_window_to_the_workers() -> None:
     cli.add_parser(parser.add_subparsers())
     args = parser.parse_args(["simulate"])
     assert args.window_s == WorkerSettings().hot_window_s
+
+
+def test_a_starved_worker_whose_partitions_catch_up_is_read_at_the_traffics_rate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Four workers on 48 partitions; in one tick in ten a worker reads only half its partitions and the rest
+    # with their backlog a tick later, as a starved CPU did live. The event times each worker notes per
+    # partition let the sketch scale back a catch-up that straddles a window's start; read by the reader's
+    # clock alone, the same fleet takes catch-ups for heat and churns.
+    def runs() -> list[tuple[float, int]]:
+        out = []
+        for seed in (0, 1, 2):
+            r = simulate_fleet(Workload("zipf", keys=30_000, zipf_exponent=1.1, seed=5), partitions=48, workers=4,
+                               rate=6000, windows=16, seed=seed, stall=0.1)
+            out.append((r.windows[-1].true, sum(w.changes for w in r.windows)))
+        return out
+
+    corrected = runs()
+    monkeypatch.setattr(SlidingSketch, "add_partition_event_times", lambda self, now_s, times: None)
+    by_reader_clock = runs()
+    assert sum(c for _, c in corrected) < 0.5 * sum(c for _, c in by_reader_clock)
+    assert max(t for t, _ in corrected) < min(t for t, _ in by_reader_clock)
+
+
+def test_a_stall_chance_outside_zero_to_one_is_refused() -> None:
+    with pytest.raises(ConfigError, match="stall must be a chance in"):
+        simulate_fleet(Workload("zipf", keys=100), partitions=4, stall=1.5)
