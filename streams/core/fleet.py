@@ -242,8 +242,8 @@ def simulate_fleet(
                     for p in owned[w]:
                         backlog[p] = backlog.get(p, 0) + loads[p]
                     starved = stall > 0 and rng.random() < stall
-                    reading = rng.sample(owned[w], len(owned[w]) // 2) if starved else owned[w]
-                    read = Counter({pk: c for pk, c in pairs.items() if not starved or pk[0] in reading})
+                    reading = set(rng.sample(owned[w], len(owned[w]) // 2) if starved else owned[w])
+                    read = Counter({pk: c for pk, c in pairs.items() if pk[0] in reading})
                     for pk in read:
                         del pairs[pk]
                     sketch.add_counts(read, now_s)

@@ -241,20 +241,16 @@ class SlidingSketch:
 
     def add_partition_event_times(self, now_s: float, times: Mapping[int, float]) -> None:
         """Note, per source partition, that its events up to event time ``times[partition]``
-        (seconds) were read by ``now_s``; as :meth:`add_event_time` for each (which it also does
-        with the latest of them). Raises InvalidArgumentError if ``now_s`` is not finite."""
+        (seconds) were read by ``now_s``; as :meth:`add_event_time` does for the whole reader.
+        Once fed, these replace the reader-wide correction. Raises InvalidArgumentError if
+        ``now_s`` is not finite."""
         if not now_s < self._edge:
             self._advance(now_s)
         hi = self._partition_event_hi
-        latest = -math.inf
         for partition, event_s in times.items():
             event_s = min(event_s, now_s)
-            if math.isfinite(event_s):
-                latest = max(latest, event_s)
-                if event_s > hi.get(partition, -math.inf):
-                    hi[partition] = event_s
-        if latest > -math.inf:
-            self.add_event_time(now_s, latest)
+            if math.isfinite(event_s) and event_s > hi.get(partition, -math.inf):
+                hi[partition] = event_s
 
     def add_counts(self, counts: Mapping[tuple[int, str], int], now_s: float) -> None:
         """Count ``counts[(partition, key)]`` events per pair, all at time ``now_s`` (what
@@ -320,6 +316,7 @@ class SlidingSketch:
                 if partition in partition_counts:
                     partition_counts[partition] = round(partition_counts[partition] * factor)
             total = round(total * sum(partition_counts.values()) / raw) if raw else total
+        row_scale = {str(partition): factor for partition, factor in scale.items()}  # by an item's partition text
         max_error = merged.get_upper_bound("") - merged.get_lower_bound("")  # the sketch's offset
         owned = len(partition_counts) or 1
         floor = max(1, math.ceil(min_share * sum(partition_counts.values()) / owned))
@@ -329,8 +326,8 @@ class SlidingSketch:
         if per_partition is None:
             for item, _, _, upper in rows:
                 where, key = item.split(_SEP, 1)
-                if scale and where.isdigit() and int(where) in scale:
-                    upper = round(upper * scale[int(where)])
+                if where in row_scale:
+                    upper = round(upper * row_scale[where])
                 per_key[key] = per_key.get(key, 0) + upper
             unreported = max_error
         else:
@@ -340,8 +337,8 @@ class SlidingSketch:
                 where, key = item.split(_SEP, 1)
                 if upper < floor:
                     break  # rows are heaviest first
-                if scale and where.isdigit() and int(where) in scale:
-                    upper = round(upper * scale[int(where)])
+                if where in row_scale:
+                    upper = round(upper * row_scale[where])
                     if upper < floor:
                         continue
                 if taken.get(where, 0) >= per_partition:
