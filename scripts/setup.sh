@@ -4,7 +4,8 @@
 #
 #   scripts/setup.sh        .venv: the package (editable) with its test, docs and plot extras,
 #                           each dependency at the newest version it allows: what
-#                           `pip install streams-partitioner` gives a user today;
+#                           `pip install streams-partitioner` gives a user today; and the
+#                           compiled hot paths (native/, built with cargo);
 #   scripts/setup.sh min    also .venv-min: the same, every dependency pinned to the
 #                           minimum pyproject.toml declares (scripts/min_versions.py);
 #   scripts/setup.sh bench  also the bench extra in .venv, the benchmark peers' own
@@ -57,6 +58,16 @@ if stale "$VENV/.streams-installed"; then
   # eager: an existing .venv moves to the newest versions too, as a fresh install would.
   "$VENV/bin/pip" install -q --upgrade --upgrade-strategy eager -e ".[test,docs,plot]"
   touch "$VENV/.streams-installed"
+fi
+
+# The compiled hot paths (native/, Rust through PyO3 and maturin, crates from crates.io) go into
+# .venv only: .venv-min runs the whole suite on their Python twins, so both paths are tested.
+need cargo || apt_install cargo
+if [ ! -f "$VENV/.streams-native-installed" ] || \
+   [ -n "$(find native -newer "$VENV/.streams-native-installed" -not -path 'native/target*' -print -quit)" ]; then
+  echo "setup: building streams-native (native/, cargo)"
+  "$VENV/bin/pip" install -q ./native
+  touch "$VENV/.streams-native-installed"
 fi
 
 case "${1:-}" in

@@ -55,14 +55,14 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from xxhash import xxh3_64_intdigest
 
 from streams.core.aggregate import Stats
 from streams.core.config import WorkerSettings
 from streams.core.deadletter import MAX_ORIGINAL_KEY_BYTES, bounded, dead_letter_record, original_fields
 from streams.core.errors import InvalidIdError, SerializationError
 from streams.core.hotkeys.sketch import SketchSummary, SlidingSketch
-from streams.core.ids import IdKind, classify_id
+from streams.core.eventscan import Scanner, identity_hash, native_scanner, plain_id
+from streams.core.ids import classify_id
 from streams.core.partials import partial_record
 from streams.core.routing.hashing import MAX_KEY_BYTES
 from streams.core.serde import CONTENT_TYPE, PAYLOAD, AvroCodec, JsonCodec
@@ -176,7 +176,7 @@ class Stage1Store:
     bucket it already emitted.
 
     Event identities: :meth:`fold` with an ``event_id`` (a 64-bit hash of the event's
-    identity: ID, key, event time and value, see :func:`_identity_hash`) folds each
+    identity: ID, key, event time and value, see :func:`streams.core.eventscan.identity_hash`) folds each
     identity once per (bucket, slot) while the bucket is open, so an event its
     producer or application sent twice is counted once, while two distinct events
     that share an ID (producers minting colliding Snowflake IDs) are both counted.
@@ -508,6 +508,7 @@ class EventProcessor:
         self._checkpointed_closed: dict[Source, int] = {}  # per source, closed-through as of its last checkpoint
         self._pending: dict[int, tuple[int, set[str]]] = {}  # bucket index -> (events, keys) of slices emitted
         self._dedup = settings.dedup_ids
+        self._scan = native_scanner()  # None: every record takes the Python path
         self._duplicates = 0
         self._collisions_logged = 0
         self._sources: set[Source] = set()
@@ -638,7 +639,9 @@ class EventProcessor:
         keys: list[tuple[int, str]] = []  # (source partition, key) of on-time and late events (the sketch's key load)
         add_key = keys.append
         sids: dict[Source, int] = {}
-        decoders: dict[bytes, Callable[[bytes], dict[str, Any]]] = {}  # content-type header -> its codec's decode
+        # content-type header -> its codec's decode, and the compiled scan if the codec is JSON's
+        readers: dict[bytes, tuple[Callable[[bytes], dict[str, Any]], Scanner | None]] = {}
+        scan = self._scan
         salts_ok: dict[bytes, bool] = {}  # streams-salt header -> whether it is valid (a producer sends few values)
         isfinite = math.isfinite
         duplicates = 0
@@ -655,35 +658,45 @@ class EventProcessor:
             handled[source] = offset
             loads[partition] = loads.get(partition, 0) + 1  # every record is load, whatever becomes of it
             content_type = headers.get("content-type", b"")
-            decode = decoders.get(content_type)  # type: ignore[arg-type]
-            if decode is None:
-                decode = decoders[content_type] = codecs.get(content_type, default_codec).decode  # type: ignore[index]
-            try:
-                if payload is None:
-                    raise SerializationError("event: null value (tombstone) on the events topic", field=PAYLOAD)
-                event = decode(payload)
-            except SerializationError as exc:
-                out.append(self._dead_letter(msg, str(exc), exc.field, now))
-                continue
-            ts = event["ts_ms"]
-            try:
-                id_kind, id_number = classify_id(event["id"])
-            except InvalidIdError as exc:
-                out.append(self._dead_letter(msg, f"malformed id: {exc}", "id", now, ts))
-                continue
-            key = event["key"]
-            if not key.strip():
-                out.append(self._dead_letter(msg, "empty key", "key", now, ts))
-                continue
-            if len(key) > _MAX_KEY_CHARS and len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
-                # The sketch and the directory could not carry it: stop it before it reaches any state.
-                out.append(self._dead_letter(msg, f"key too long: more than {MAX_KEY_BYTES} bytes of UTF-8", "key",
-                                             now, ts))
-                continue
-            value = event["value"]
-            if value is not None and not isfinite(value):
-                out.append(self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, ts))
-                continue
+            reader = readers.get(content_type)  # type: ignore[arg-type]
+            if reader is None:
+                codec = codecs.get(content_type, default_codec)  # type: ignore[call-overload]
+                reader = readers[content_type] = (codec.decode, scan if codec.format == "json" else None)
+            decode, fast = reader
+            # The compiled scan takes the envelopes producers write; anything else, and every
+            # record to dead-letter, takes the Python path below, which names the reason.
+            scanned = fast(payload) if fast is not None and payload.__class__ is bytes else None
+            if scanned is not None:
+                ts, key, value, identity, plain = scanned
+                event = None
+            else:
+                try:
+                    if payload is None:
+                        raise SerializationError("event: null value (tombstone) on the events topic", field=PAYLOAD)
+                    event = decode(payload)
+                except SerializationError as exc:
+                    out.append(self._dead_letter(msg, str(exc), exc.field, now))
+                    continue
+                ts = event["ts_ms"]
+                try:
+                    id_kind, id_number = classify_id(event["id"])
+                except InvalidIdError as exc:
+                    out.append(self._dead_letter(msg, f"malformed id: {exc}", "id", now, ts))
+                    continue
+                key = event["key"]
+                if not key.strip():
+                    out.append(self._dead_letter(msg, "empty key", "key", now, ts))
+                    continue
+                if len(key) > _MAX_KEY_CHARS and len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+                    # The sketch and the directory could not carry it: stop it before it reaches any state.
+                    out.append(self._dead_letter(msg, f"key too long: more than {MAX_KEY_BYTES} bytes of UTF-8",
+                                                 "key", now, ts))
+                    continue
+                value = event["value"]
+                if value is not None and not isfinite(value):
+                    out.append(self._dead_letter(msg, f"value must be finite, got {value!r}", "value", now, ts))
+                    continue
+                identity = None
             # Validated like any header, though stage 1 keys its entries by source partition, not salt.
             salt = headers.get("streams-salt")
             if salt is not None:
@@ -703,15 +716,18 @@ class EventProcessor:
             if kind is on_time:
                 add_key((partition, key))
                 if dedup:
-                    identity = _identity_hash(id_kind, id_number, key, ts, value)
+                    if identity is None:
+                        identity, plain = identity_hash(id_kind, id_number, key, ts, value), plain_id(id_number)
                     folded = fold(source, offset, placement.bucket.index, key, value,  # type: ignore[union-attr]
-                                  identity, (id_number & _LOW64) ^ (id_number >> 64))
+                                  identity, plain)
                 else:
                     folded = fold(source, offset, placement.bucket.index, key, value)  # type: ignore[union-attr]
                 if not folded:
                     duplicates += 1
             elif kind in late_kinds:
                 add_key((partition, key))
+                if event is None:  # scanned: the late record carries the decoded envelope's fields
+                    event = decode(payload)
                 out.append(self._late(msg, event, placement.bucket.index, ts, now,  # type: ignore[union-attr]
                                       placement.reason))
             else:
@@ -874,21 +890,6 @@ def _partition_of(key: str, value: Any) -> int | None:
     if value is None:  # present but not flushed yet: its entry (or ID slice) names the slot
         return int(key.split("|", 3)[2 if key.startswith(_IDS) else 1])
     return int(value[0])
-
-
-_LOW64 = (1 << 64) - 1
-_UUID7 = IdKind.UUID7
-
-
-def _identity_hash(kind: IdKind, number: int, key: str, ts: int, value: float | None) -> int:
-    """A 64-bit hash of an event's identity: its ID's canonical value, key, event time and value.
-
-    A resend of one event has the same identity and is folded once; two distinct
-    events that share an ID (a Snowflake collision) differ in key, time or value and
-    are both folded. The seed tells the ID kinds apart.
-    """
-    text = f"{number}|{ts}|{value!r}|{key}".encode("utf-8", "surrogatepass")
-    return xxh3_64_intdigest(text, 0 if kind is _UUID7 else 1)  # the seed
 
 
 def _salt(raw: bytes | None) -> int | None:

@@ -28,6 +28,8 @@ _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAX_DATETIME_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - _UNIX_EPOCH) // timedelta(
     milliseconds=1
 )
+#: The last millisecond a ``datetime`` can hold (the end of year 9999): IDs past it are refused.
+MAX_DATETIME_MS = _MAX_DATETIME_MS
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 #: A UUIDv7 (version 7, variant 10) in the canonical text producers write: one C-level match.
 _CANONICAL_UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")

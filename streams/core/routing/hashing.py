@@ -47,12 +47,14 @@ except ImportError:  # pragma: no cover - _uuid_str_bytes stands in
     _CompiledUUID = None
 
 from streams.core.errors import InvalidArgumentError, InvalidKeyError
+from streams.core.native import NATIVE
 from streams.core.validate import require_int
 
 __all__ = [
     "MURMUR2_IMPLEMENTATION",
     "MAX_KEY_BYTES",
     "canonical_key",
+    "fast_canonical_key",
     "jump_hash",
     "kafka_partition",
     "murmur2",
@@ -178,6 +180,47 @@ def canonical_key(value: object) -> bytes:
     return _canonical_slow(value)
 
 
+_CANONICAL_PROBES: tuple[object, ...] = (
+    "tenant-42", "", "x" * MAX_KEY_BYTES, "x" * (MAX_KEY_BYTES + 1), "caf\u00e9", "\ud800", "0" * 32, "0" * 36,
+    "017F22E2-79B0-7CC3-98C4-DC0C0C07398F", "017f22e279b07cc398c4dc0c0c07398f",
+    "{017f22e2-79b0-7cc3-98c4-dc0c0c07398f}", "URN:uuid:017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+    "017f22e2-79b0-7cc3-98c4-dc0c0c07398g", "017f22e2-79b07-cc3-98c4-dc0c0c07398f", "{017f22e279b07cc398c4dc0c0c07398f}  ",
+    42, -7, 0, 2**63 - 1, b"raw", b"", b"x" * (MAX_KEY_BYTES + 1), True, None, 1.5, uuid.UUID(int=1), bytearray(b"b"),
+)
+
+
+def _trusted_native_canonical() -> Callable[[object], bytes | None] | None:
+    """``streams-native``'s canonical_key (None where the Python rule must decide) if it agrees on every probe."""
+    if NATIVE is None:
+        return None
+    compiled = NATIVE.canonical_key
+    for probe in _CANONICAL_PROBES:
+        try:
+            expected: bytes | None = canonical_key(probe)
+        except InvalidKeyError:
+            expected = None
+        got = compiled(probe)
+        if got is not None and got != expected:
+            return None
+    return compiled  # type: ignore[no-any-return]
+
+
+#: The compiled canonical_key for hot paths, or None: it returns the canonical bytes, or
+#: None where :func:`canonical_key` must be called (to raise, or for a rarer type).
+fast_canonical_key = _trusted_native_canonical()
+
+
+if fast_canonical_key is not None:
+    _canonical_key_python = canonical_key
+    _compiled_canonical = fast_canonical_key
+
+    def canonical_key(value: object) -> bytes:  # noqa: F811 - the same rule, compiled for the common keys
+        kb = _compiled_canonical(value)
+        return kb if kb is not None else _canonical_key_python(value)
+
+    canonical_key.__doc__ = _canonical_key_python.__doc__
+
+
 # --- Kafka's murmur2 -------------------------------------------------------------
 
 
@@ -228,7 +271,12 @@ def _trusted_compiled_murmur2():  # type: ignore[no-untyped-def]
 
 
 _COMPILED_MURMUR2 = _trusted_compiled_murmur2()
-#: Which murmur2 is in use: "murmurhash2" (compiled, checked at import) or "pure-python".
+# streams-native's placer takes the key and the partition count in one call (the hot path's placer).
+_NATIVE_MURMUR2 = NATIVE is not None and all(
+    NATIVE.Murmur2Placer(n)(p) == (murmur2_reference(p) & 0x7FFF_FFFF) % n
+    for p in (b"", b"a", b"21", b"abc", b"foobar", b"a-little-bit-long-string", bytes(range(256))) for n in (1, 7, 2**31))
+#: Which murmur2 is in use: "murmurhash2" (compiled, checked at import) or "pure-python"; placers
+#: use "streams-native" when it is installed and agrees.
 MURMUR2_IMPLEMENTATION = "pure-python" if _COMPILED_MURMUR2 is None else "murmurhash2"
 
 
@@ -271,6 +319,8 @@ def murmur2_partitioner(n: int) -> Callable[[bytes], int]:
     """
     if n.__class__ is not int or n < 1:
         require_int("partition count", n, 1, error=InvalidArgumentError)
+    if _NATIVE_MURMUR2 and n < 2**32:
+        return NATIVE.Murmur2Placer(n)  # type: ignore[no-any-return, union-attr]
     compiled = _COMPILED_MURMUR2
     if compiled is None:  # pragma: no cover
         return lambda key: (murmur2_reference(key) & 0x7FFF_FFFF) % n

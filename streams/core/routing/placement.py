@@ -24,6 +24,7 @@ from collections.abc import Callable
 import xxhash
 
 from streams.core.errors import RoutingMapError
+from streams.core.native import NATIVE
 from streams.core.routing.hashing import (
     jump_hash,
     murmur2_partitioner,
@@ -51,12 +52,26 @@ def _mod_sha256(n: int) -> Placer:
     return lambda key: sha256_int(key) % n
 
 
-def _jump_murmur2(n: int) -> Placer:
+def _jump_murmur2_python(n: int) -> Placer:
     return lambda key: jump_hash(_murmur2_positive(key), n)
 
 
-def _jump_xxh3(n: int) -> Placer:
+def _jump_xxh3_python(n: int) -> Placer:
     return lambda key: jump_hash(_xxh3(key), n)
+
+
+def _native_jump(hash_name: str, python: Callable[[int], Placer]) -> Callable[[int], Placer]:
+    """streams-native's jump placer for ``hash_name`` if it places every probe as ``python`` does, else ``python``."""
+    if NATIVE is None:
+        return python
+    probes = (b"", b"a", b"abc", b"tenant-42", bytes(range(256)))
+    if any(NATIVE.JumpPlacer(n, hash_name)(p) != python(n)(p) for p in probes for n in (1, 2, 12, 1000, 99_999)):
+        return python
+    return lambda n: NATIVE.JumpPlacer(n, hash_name)  # type: ignore[no-any-return, union-attr]
+
+
+_jump_murmur2 = _native_jump("murmur2", _jump_murmur2_python)
+_jump_xxh3 = _native_jump("xxh3", _jump_xxh3_python)
 
 
 def _jump_sha256(n: int) -> Placer:
