@@ -38,6 +38,7 @@ partition.
 from __future__ import annotations
 
 import asyncio
+import gc
 import dataclasses
 import logging
 import os
@@ -107,6 +108,26 @@ class WorkerApp(faust.App):
     BootStrategy = HostOnly
 
 
+#: The worker process's garbage-collector thresholds (Python's default is 700, 10, 10).
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """Move every object alive now out of the collector's reach and make its passes rarer.
+
+    Stage 1 allocates a few short-lived containers per record (the record, its headers)
+    beside long-lived state (the open buckets' entries and their sets of event IDs,
+    whose every element a full pass visits). With the default thresholds a full pass
+    ran every ~0.4 s and took ~65 ms: a third of the worker's time at 1,000,000 events
+    (``bench/bench_worker.py``: 67,000 events/s, 98,000 with these thresholds). Young
+    garbage is still collected every 50,000 net allocations, so reference cycles do
+    not pile up; the objects of start-up (modules, faust) are frozen, and no pass
+    walks them again.
+    """
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 @dataclass
 class Worker:
     """One worker process's parts, built by :func:`create_worker`; :meth:`prepare` then :meth:`start` run it."""
@@ -154,7 +175,8 @@ class Worker:
             self.metrics.serve(settings.metrics_port)
 
     def start(self) -> None:
-        """Start every loop's thread (after :meth:`prepare`)."""
+        """Start every loop's thread (after :meth:`prepare`), with the garbage collector tuned for them."""
+        tune_gc()
         log.info("worker %s on a cluster of %d broker(s); its consumer groups use the %s protocol%s", self.instance,
                  self.brokers, self.group_protocol, " (KIP-848: incremental handover)"
                  if self.group_protocol == "consumer" else " (eager range assignor)")

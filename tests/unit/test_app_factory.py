@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+
 from streams.core.config import KafkaSettings, TopicNames, WorkerSettings
-from streams.worker.app import app_from_environment, create_app, create_worker
+from streams.worker.app import GC_THRESHOLDS, app_from_environment, create_app, create_worker
 
 
 def failed(exc: BaseException) -> None:
@@ -43,3 +45,17 @@ def test_the_environments_app_reads_streams_variables() -> None:
     assert app.conf.id == "factory-env"
     assert (worker.settings.partitions, worker.decider.decider.policy.enabled) == (16, False)
     assert worker.kafka.bootstrap_servers == "127.0.0.1:3"
+
+
+def test_starting_the_worker_freezes_start_up_objects_and_makes_collector_passes_rarer() -> None:
+    """Worker.start tunes the collector (a full pass every 0.4 s cost a third of stage 1's time at 67,000 events/s)."""
+    before = gc.get_threshold()
+    worker = create_worker(WorkerSettings(app_id="factory-gc", partitions=4),
+                           KafkaSettings(bootstrap_servers="127.0.0.1:1"), TopicNames(), on_failure=failed)
+    try:
+        worker.start()  # no loop was built (no prepare): only the collector changes
+        assert gc.get_threshold() == GC_THRESHOLDS and GC_THRESHOLDS[0] > before[0]
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
