@@ -13,7 +13,8 @@
 //! import and falls back to them when it is missing or disagrees.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::intern;
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple, PyType};
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -586,12 +587,204 @@ impl JumpPlacer {
     }
 }
 
+// --- the router's per-event path -----------------------------------------------------------------
+
+/// Builds an instance of the tuple subclass ``cls`` (a NamedTuple) from ``items`` without a
+/// Python call: its own allocator, then the items, as ``tuple.__new__(cls, items)`` does.
+fn new_named_tuple<'py>(py: Python<'py>, cls: &Bound<'py, PyType>, items: [Bound<'py, PyAny>; 8]) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::ffi;
+    unsafe {
+        let alloc = ffi::PyType_GetSlot(cls.as_ptr() as *mut ffi::PyTypeObject, ffi::Py_tp_alloc);
+        if alloc.is_null() {
+            return Err(pyo3::exceptions::PyTypeError::new_err("RoutingDecision has no allocator"));
+        }
+        let alloc: ffi::allocfunc = std::mem::transmute(alloc);
+        let obj = alloc(cls.as_ptr() as *mut ffi::PyTypeObject, items.len() as ffi::Py_ssize_t);
+        let obj = Bound::from_owned_ptr_or_err(py, obj)?;
+        for (i, item) in items.into_iter().enumerate() {
+            // PyTuple_SetItem steals the reference; the new tuple's slots are empty.
+            if ffi::PyTuple_SetItem(obj.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr()) != 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
+        Ok(obj)
+    }
+}
+
+/// ``streams.core.routing.router.Router.route`` for the router it is built for, in one call.
+///
+/// It reads the router's memo and hot bucket from the router's ``__dict__`` on every call
+/// (``install`` and ``_resolve`` replace them) and calls back into the router's Python for
+/// everything but the two common cases, a memoised key in its bucket and a new key in the
+/// hot bucket: ``_resolve`` (another bucket, another map) and ``_placed`` (keys the
+/// directory places). Its own state is the doorkeeper of :meth:`remember`, which stands in
+/// for ``Router._remember``.
+#[pyclass(frozen)]
+struct RouteCore {
+    state: Py<PyDict>,
+    placements: Py<PyDict>,
+    decision: Py<PyType>,
+    memoised: Vec<Py<PyType>>,
+    resolve: Py<PyAny>,
+    placed: Py<PyAny>,
+    check_timestamp: Py<PyAny>,
+    canonical: Py<PyAny>,
+    memo_size: usize,
+    width_ms: i64,
+    door: std::sync::Mutex<Doorkeeper>,
+}
+
+/// Which keys were routed once lately (their hashes), cleared after ``memo_size`` of them:
+/// the Python doorkeeper's rule (``Router._remember``) without a Python int and a dict
+/// slot per new key. The set keeps its table across clears.
+struct Doorkeeper {
+    seen: std::collections::HashSet<isize>,
+}
+
+impl Doorkeeper {
+    /// True the first time ``h`` is offered since the last clear (it is remembered now).
+    fn first_sighting(&mut self, h: isize, memo_size: usize) -> bool {
+        if self.seen.contains(&h) {
+            return false;
+        }
+        if self.seen.len() >= memo_size {
+            self.seen.clear();
+        }
+        self.seen.insert(h);
+        true
+    }
+}
+
+#[pymethods]
+impl RouteCore {
+    /// The core of ``router`` (a ``Router`` whose directory lookup is a dict's ``get``);
+    /// ``decision`` is ``RoutingDecision``, ``memoised`` the key types the memo takes.
+    #[new]
+    fn new<'py>(router: &Bound<'py, PyAny>, decision: Py<PyType>, memoised: Vec<Py<PyType>>,
+                check_timestamp: Py<PyAny>, canonical: Py<PyAny>) -> PyResult<Self> {
+        let lookup = router.getattr("_placement_lookup")?;
+        Ok(RouteCore {
+            state: router.getattr("__dict__")?.downcast_into::<PyDict>()?.unbind(),
+            placements: lookup.getattr("__self__")?.downcast_into::<PyDict>()?.unbind(),
+            decision,
+            memoised,
+            resolve: router.getattr("_resolve")?.unbind(),
+            placed: router.getattr("_placed")?.unbind(),
+            check_timestamp,
+            canonical,
+            memo_size: router.getattr("_memo_size")?.extract()?,
+            width_ms: router.getattr("_width_ms")?.extract()?,
+            door: std::sync::Mutex::new(Doorkeeper { seen: std::collections::HashSet::new() }),
+        })
+    }
+
+    /// Lets the collector see the cycle a router and its core make (the router's ``__dict__`` holds the
+    /// core's ``route``, the core holds that ``__dict__``): the dict's own clear then breaks it.
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.state)?;
+        visit.call(&self.placements)?;
+        visit.call(&self.decision)?;
+        for t in &self.memoised {
+            visit.call(t)?;
+        }
+        visit.call(&self.resolve)?;
+        visit.call(&self.placed)?;
+        visit.call(&self.check_timestamp)?;
+        visit.call(&self.canonical)
+    }
+
+    /// ``Router._remember``: memoise ``decision`` on the key's second sighting, or at once if the key was
+    /// memoised (``stale``); a first sighting is only remembered, in this core's doorkeeper.
+    fn remember<'py>(&self, py: Python<'py>, memo: &Bound<'py, PyDict>, key: &Bound<'py, PyAny>, decision: &Bound<'py, PyAny>,
+                     stale: &Bound<'py, PyAny>) -> PyResult<()> {
+        let _ = py;
+        if stale.is_none() {
+            let h = key.hash()?;
+            let mut door = self.door.lock().map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("doorkeeper poisoned"))?;
+            if door.first_sighting(h, self.memo_size) {
+                return Ok(());
+            }
+        }
+        if memo.len() >= self.memo_size {
+            memo.clear();
+        }
+        memo.set_item(key, decision)
+    }
+
+    #[pyo3(signature = (key, ts_ms, event_id=None))]
+    fn route<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, ts_ms: &Bound<'py, PyAny>, event_id: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let ts_obj = if ts_ms.is_exact_instance_of::<PyInt>() { ts_ms.clone() } else { self.check_timestamp.bind(py).call1((ts_ms,))? };
+        let ts: Option<i64> = ts_obj.extract().ok(); // None past 64 bits: _resolve raises for it
+        let state = self.state.bind(py);
+        let memo = state.get_item(intern!(py, "_memo"))?.ok_or_else(|| pyo3::exceptions::PyAttributeError::new_err("_memo"))?;
+        let memo = memo.downcast_into::<PyDict>()?;
+        let key_type = key.get_type();
+        let memoisable = self.memoised.iter().any(|t| t.bind(py).is(&key_type));
+        let found = if memoisable { memo.get_item(key)? } else { None };
+        let none = py.None().into_bound(py);
+        let decision = match (found, ts) {
+            (None, Some(ts)) => {
+                let hot = state.get_item(intern!(py, "_hot"))?.ok_or_else(|| pyo3::exceptions::PyAttributeError::new_err("_hot"))?;
+                let hot = hot.downcast_into::<PyTuple>()?;
+                let start: i64 = hot.get_item(0)?.extract()?;
+                let end: i64 = hot.get_item(1)?.extract()?;
+                if start <= ts && ts < end {
+                    let kb = match canonical_key(py, key) {
+                        Some(kb) => kb,
+                        None => self.canonical.bind(py).call1((key,))?,
+                    };
+                    let placer = hot.get_item(3)?;
+                    let partition = place(py, &placer, &kb)?;
+                    let decision = new_named_tuple(py, self.decision.bind(py), [
+                        hot.get_item(2)?, partition, kb, hot.get_item(4)?, hot.get_item(0)?, hot.get_item(5)?,
+                        hot.get_item(6)?, (-1i64).into_pyobject(py)?.into_any(),
+                    ])?;
+                    if self.memo_size > 0 && memoisable {
+                        self.remember(py, &memo, key, &decision, &none)?;
+                    }
+                    decision
+                } else {
+                    self.resolve.bind(py).call1((key, &ts_obj, &none))?
+                }
+            }
+            (None, None) => self.resolve.bind(py).call1((key, &ts_obj, &none))?,
+            (Some(decision), ts) => {
+                let start: i64 = decision.get_item(4)?.extract()?;
+                match ts {
+                    Some(ts) if ts >= start && ts - start < self.width_ms => decision,
+                    _ => self.resolve.bind(py).call1((key, &ts_obj, &decision))?,
+                }
+            }
+        };
+        let kb = decision.get_item(2)?;
+        match self.placements.bind(py).get_item(&kb)? {
+            None => Ok(decision),
+            Some(placement) => self.placed.bind(py).call1((&decision, placement, event_id.unwrap_or(&none))),
+        }
+    }
+}
+
+/// ``placer(kb)``: a compiled placer's rule without a call, any other placer called.
+fn place<'py>(py: Python<'py>, placer: &Bound<'py, PyAny>, kb: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if let Ok(p) = placer.downcast::<Murmur2Placer>() {
+        if let Ok(raw) = kb.downcast::<PyBytes>() {
+            return Ok(p.get().__call__(raw.as_bytes()).into_pyobject(py)?.into_any());
+        }
+    } else if let Ok(p) = placer.downcast::<JumpPlacer>() {
+        if let Ok(raw) = kb.downcast::<PyBytes>() {
+            return Ok(p.get().__call__(raw.as_bytes()).into_pyobject(py)?.into_any());
+        }
+    }
+    placer.call1((kb,))
+}
+
 #[pymodule]
 fn streams_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ABI", 1)?;
     m.add_class::<EventScanner>()?;
     m.add_class::<Murmur2Placer>()?;
     m.add_class::<JumpPlacer>()?;
+    m.add_class::<RouteCore>()?;
     m.add_function(wrap_pyfunction!(canonical_key, m)?)?;
     m.add_function(wrap_pyfunction!(murmur2_unsigned, m)?)?;
     Ok(())

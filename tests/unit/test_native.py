@@ -512,3 +512,75 @@ def test_worker_gives_identical_results_with_and_without_the_compiled_scan() -> 
     for payload in python_only + malformed:
         assert results[payload] is None, payload
     assert [r for _, r in taken if r is not None and type(r[2]) is int] != []  # the int value took the scan
+
+
+# --- the router's compiled route() -----------------------------------------------------------------
+
+_WIDTH_MS = 60_000
+_ROUTE_KEYS = st.one_of(
+    st.sampled_from(["tenant-1", "tenant-2", "017f22e2-79b0-7cc3-98c4-dc0c0c07398f", "", " ", "\ud800"]),
+    st.text(max_size=8), st.binary(max_size=6), st.integers(-3, 3), st.integers(2**63, 2**64),
+    st.builds(uuid.UUID, st.sampled_from(["017f22e2-79b0-7cc3-98c4-dc0c0c07398f"])),
+    st.sampled_from([None, True, 1.5, bytearray(b"k")]),
+)
+_ROUTE_TIMES = st.one_of(st.integers(0, 4 * _WIDTH_MS), st.sampled_from([-1, 2**70, True, 1.0, "5"]))
+_ROUTE_IDS = st.one_of(st.none(), st.binary(min_size=1, max_size=16), st.sampled_from([b"", 5, "x"]))
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("route"), _ROUTE_KEYS, _ROUTE_TIMES, _ROUTE_IDS),
+    st.tuples(st.just("place"), st.sampled_from([b"tenant-1", b"tenant-2", b"\x01"]),
+              st.lists(st.integers(0, 15), min_size=1, max_size=4, unique=True)),
+    st.tuples(st.just("home"), st.sampled_from([b"tenant-1", b"tenant-2", b"\x01"])),
+), max_size=40)
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return "ok", call()
+    except Exception as exc:  # noqa: BLE001 - both routers must fail alike, with the same error
+        return type(exc).__name__, str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPS, st.sampled_from([("mod", "murmur2"), ("jump", "xxh3"), ("jump", "murmur2"), ("mod", "sha256")]),
+       st.sampled_from([0, 2, 65_536]))
+def test_compiled_route_is_the_python_route(ops: list[tuple[Any, ...]], rule: tuple[str, str], memo_size: int) -> None:
+    """Any sequence of routes (good and bad keys, times and IDs, across a map change) and directory changes
+    gives the same decisions, or the same errors, through the compiled route() as through the Python one."""
+    from streams.core.routing.router import Router, RoutingMap
+    from streams.core.time.buckets import TimeBuckets
+
+    def router() -> Router:
+        maps = [RoutingMap(version=1, partitions=12, topic="t", placement=rule[0], hash=rule[1]),
+                RoutingMap(version=2, partitions=16, topic="u.{bucket}", first_bucket_ms=2 * _WIDTH_MS)]
+        return Router(TimeBuckets("1m"), maps, memo_size=memo_size)
+
+    compiled, python = router(), router()
+    assert "route" in vars(compiled), "the router did not take the compiled route()"
+    del python.route  # the class's Python route()
+    for op in ops:
+        if op[0] == "route":
+            _, key, ts, event_id = op
+            got, want = _outcome(lambda: compiled.route(key, ts, event_id)), _outcome(lambda: python.route(key, ts, event_id))
+            assert got == want and type(got[1]) is type(want[1]), (op, got, want)
+        elif op[0] == "place":
+            for r in (compiled, python):
+                r.directory.set(op[1], op[2], 16)
+        else:
+            for r in (compiled, python):
+                r.directory.remove(op[1])
+
+
+def test_a_router_with_the_compiled_route_is_collected_when_dropped() -> None:
+    """The router and its compiled core refer to each other; the collector still frees them."""
+    import gc
+    import weakref
+
+    from streams.core.routing.router import Router, RoutingMap
+    from streams.core.time.buckets import TimeBuckets
+
+    router = Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=12, topic="t")])
+    router.route("tenant-1", 0)
+    ref = weakref.ref(router)
+    del router
+    gc.collect()
+    assert ref() is None

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import xxhash
 
 from streams.core.errors import InvalidIdError, RoutingMapError
+from streams.core.native import NATIVE
 from streams.core.routing.directory import (
     HotKeyNotice,
     KeyDirectory,
@@ -191,7 +192,10 @@ class Router:
     holds about 20 MB at most. A key not in the memo, in the bucket last resolved,
     is placed through a cache of that bucket (topic, placer, label, map version),
     dropped by :meth:`install`.
-    Repeated calls may return the same (immutable) decision object.
+    Repeated calls may return the same (immutable) decision object. With
+    ``streams-native`` installed, ``route`` is its compiled ``RouteCore.route``: the
+    same decisions and errors in one call, calling back here for other buckets and
+    for keys the directory places.
     Thread-safe: ``install`` and directory updates may run beside ``route`` in other
     threads. Raises RoutingMapError if ``maps`` is empty or a map cannot be
     installed (see :meth:`install`), ConfigError for a bad ``memo_size``.
@@ -232,6 +236,13 @@ class Router:
             raise RoutingMapError("a Router needs at least one routing map")
         for routing_map in ordered:
             self.install(routing_map)
+        if NATIVE is not None and type(getattr(self._placement_lookup, "__self__", None)) is dict:
+            # The same route() in one compiled call (streams-native's RouteCore): it reads this router's memo
+            # and hot bucket from its __dict__ and calls back here for every other case; its _remember keeps
+            # the doorkeeper as a set of Rust ints (the same rule, no Python int and dict slot per new key).
+            core = NATIVE.RouteCore(self, RoutingDecision, list(_MEMOISED), check_timestamp, canonical_key)
+            self.route = core.route  # type: ignore[method-assign]
+            self._remember = core.remember  # type: ignore[method-assign]
 
     @property
     def current(self) -> RoutingMap:
