@@ -693,6 +693,13 @@ impl RouteCore {
         visit.call(&self.canonical)
     }
 
+    /// Forgets every key seen once (``Router.install`` starts a new doorkeeper, as it starts a new memo).
+    fn forget(&self) {
+        if let Ok(mut door) = self.door.lock() {
+            door.seen.clear();
+        }
+    }
+
     /// ``Router._remember``: memoise ``decision`` on the key's second sighting, or at once if the key was
     /// memoised (``stale``); a first sighting is only remembered, in this core's doorkeeper.
     fn remember<'py>(&self, py: Python<'py>, memo: &Bound<'py, PyDict>, key: &Bound<'py, PyAny>, decision: &Bound<'py, PyAny>,

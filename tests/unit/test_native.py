@@ -533,6 +533,13 @@ _OPS = st.lists(st.one_of(
 ), max_size=40)
 
 
+def _python_router(router: Any) -> Any:
+    """``router`` back on the class's Python route() and doorkeeper (its compiled ones are instance attributes)."""
+    del router.route, router._remember
+    router._route_core = None
+    return router
+
+
 def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
     try:
         return "ok", call()
@@ -545,7 +552,8 @@ def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
        st.sampled_from([0, 2, 65_536]))
 def test_compiled_route_is_the_python_route(ops: list[tuple[Any, ...]], rule: tuple[str, str], memo_size: int) -> None:
     """Any sequence of routes (good and bad keys, times and IDs, across a map change) and directory changes
-    gives the same decisions, or the same errors, through the compiled route() as through the Python one."""
+    gives the same decisions, or the same errors, and the same memo, through the compiled route() as through
+    the Python one."""
     from streams.core.routing.router import Router, RoutingMap
     from streams.core.time.buckets import TimeBuckets
 
@@ -554,14 +562,14 @@ def test_compiled_route_is_the_python_route(ops: list[tuple[Any, ...]], rule: tu
                 RoutingMap(version=2, partitions=16, topic="u.{bucket}", first_bucket_ms=2 * _WIDTH_MS)]
         return Router(TimeBuckets("1m"), maps, memo_size=memo_size)
 
-    compiled, python = router(), router()
+    compiled, python = router(), _python_router(router())
     assert "route" in vars(compiled), "the router did not take the compiled route()"
-    del python.route  # the class's Python route()
     for op in ops:
         if op[0] == "route":
             _, key, ts, event_id = op
             got, want = _outcome(lambda: compiled.route(key, ts, event_id)), _outcome(lambda: python.route(key, ts, event_id))
             assert got == want and type(got[1]) is type(want[1]), (op, got, want)
+            assert compiled._memo.keys() == python._memo.keys(), "the doorkeepers admit the same keys"
         elif op[0] == "place":
             for r in (compiled, python):
                 r.directory.set(op[1], op[2], 16)
@@ -584,3 +592,24 @@ def test_a_router_with_the_compiled_route_is_collected_when_dropped() -> None:
     del router
     gc.collect()
     assert ref() is None
+
+
+def test_installing_a_map_makes_the_compiled_router_forget_keys_seen_once_as_the_python_one_does() -> None:
+    """After ``install`` a key routed once before is a first sighting again: no memo entry, compiled or not."""
+    from streams.core.routing.router import Router, RoutingMap
+    from streams.core.time.buckets import TimeBuckets
+
+    compiled, python = (Router(TimeBuckets("1m"), [RoutingMap(version=1, partitions=12, topic="t")]) for _ in "ab")
+    _python_router(python)
+    for r in (compiled, python):
+        r.route("tenant-1", 0)
+        r.route("tenant-1", 0)  # the hot bucket is set now: this is the key's first sighting there
+        r.route("tenant-2", 0)
+        r.install(RoutingMap(version=2, partitions=16, topic="t", first_bucket_ms=10 * _WIDTH_MS))
+        r.route("tenant-2", 0)
+        r.route("tenant-2", 0)
+    assert ("tenant-2" in compiled._memo) == ("tenant-2" in python._memo)
+    compiled.route("tenant-3", 0)
+    compiled.install(RoutingMap(version=3, partitions=16, topic="t", first_bucket_ms=20 * _WIDTH_MS))
+    compiled.route("tenant-3", 0)
+    assert "tenant-3" not in compiled._memo, "a key seen once before install is a first sighting after it"

@@ -225,6 +225,7 @@ class Router:
         self._width_ms = buckets.width_ms
         self._placement_lookup = self.directory.lookup
         self._lock = threading.Lock()
+        self._route_core: Any = None  # streams-native's RouteCore, once built (below)
         self._history: tuple[tuple[int, ...], tuple[_Compiled, ...]] = ((), ())
         self._newest: _Compiled | None = None
         self._hot: tuple[Any, ...] = _COLD
@@ -241,6 +242,7 @@ class Router:
             # and hot bucket from its __dict__ and calls back here for every other case; its _remember keeps
             # the doorkeeper as a set of Rust ints (the same rule, no Python int and dict slot per new key).
             core = NATIVE.RouteCore(self, RoutingDecision, list(_MEMOISED), check_timestamp, canonical_key)
+            self._route_core = core
             self.route = core.route  # type: ignore[method-assign]
             self._remember = core.remember  # type: ignore[method-assign]
 
@@ -289,6 +291,8 @@ class Router:
             # history survives into this one.
             self._memo = {}
             self._seen = {}
+            if self._route_core is not None:
+                self._route_core.forget()
             self._placed_memo = {}
             self._hot = _COLD
             self.epoch += 1
