@@ -335,23 +335,11 @@ fn hex_value(c: u8) -> Option<u128> {
 
 /// The number of a UUIDv7 in canonical text (lower-case 8-4-4-4-12, version 7, variant 10).
 fn canonical_uuid7(text: &[u8]) -> Option<u128> {
-    if text.len() != 36 {
-        return None;
-    }
-    let mut n: u128 = 0;
-    for (i, &c) in text.iter().enumerate() {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            if c != b'-' {
-                return None;
-            }
-            continue;
-        }
-        if c.is_ascii_uppercase() {
-            return None;
-        }
-        n = (n << 4) | hex_value(c)?;
-    }
-    (text[14] == b'7' && matches!(text[19], b'8' | b'9' | b'a' | b'b')).then_some(n)
+    let canonical = text.len() == 36
+        && !text.iter().any(u8::is_ascii_uppercase)
+        && text[14] == b'7'
+        && matches!(text[19], b'8' | b'9' | b'a' | b'b');
+    canonical.then(|| uuid_text_bytes(text)).flatten().map(u128::from_be_bytes)
 }
 
 /// Python's whitespace among ASCII characters (what `str.strip()` removes).
@@ -702,9 +690,8 @@ impl RouteCore {
 
     /// ``Router._remember``: memoise ``decision`` on the key's second sighting, or at once if the key was
     /// memoised (``stale``); a first sighting is only remembered, in this core's doorkeeper.
-    fn remember<'py>(&self, py: Python<'py>, memo: &Bound<'py, PyDict>, key: &Bound<'py, PyAny>, decision: &Bound<'py, PyAny>,
+    fn remember<'py>(&self, memo: &Bound<'py, PyDict>, key: &Bound<'py, PyAny>, decision: &Bound<'py, PyAny>,
                      stale: &Bound<'py, PyAny>) -> PyResult<()> {
-        let _ = py;
         if stale.is_none() {
             let h = key.hash()?;
             let mut door = self.door.lock().map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("doorkeeper poisoned"))?;
@@ -747,7 +734,7 @@ impl RouteCore {
                         hot.get_item(6)?, (-1i64).into_pyobject(py)?.into_any(),
                     ])?;
                     if self.memo_size > 0 && memoisable {
-                        self.remember(py, &memo, key, &decision, &none)?;
+                        self.remember(&memo, key, &decision, &none)?;
                     }
                     decision
                 } else {

@@ -55,7 +55,6 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-
 from streams.core.aggregate import Stats
 from streams.core.config import WorkerSettings
 from streams.core.deadletter import MAX_ORIGINAL_KEY_BYTES, bounded, dead_letter_record, original_fields

@@ -33,7 +33,7 @@ from streams.core.routing.directory import (
     event_id_bytes,
     salted_key,
 )
-from streams.core.routing.hashing import MAX_KEY_BYTES, canonical_key, fast_canonical_key
+from streams.core.routing.hashing import MAX_KEY_BYTES, canonical_key
 from streams.core.routing.placement import (
     HASHES,
     MAX_PARTITIONS,
@@ -64,8 +64,6 @@ _BUCKET_CACHE_LIMIT = 1024
 _SALTED_MEMO_LIMIT = 65_536
 # Same function as streams.core.routing.hashing.xxh3_64, bound without the wrapper's frame.
 _xxh3 = xxhash.xxh3_64_intdigest
-# The compiled canonicalisation (streams-native), or None; it answers None where canonical_key must decide.
-_fast_key = fast_canonical_key
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:
@@ -335,19 +333,13 @@ class Router:
             hot = self._hot  # the bucket last resolved: (start, end, topic, placer, index, label, version)
             if hot[0] <= ts_ms < hot[1]:
                 # A key not seen lately, in that bucket: _resolve's work without its frame and checks.
-                if _fast_key is None or (kb := _fast_key(key)) is None:  # type: ignore[assignment]
-                    if key.__class__ is bytes and 0 < len(key) <= MAX_KEY_BYTES:  # type: ignore[arg-type]
-                        kb = key
-                    else:
-                        kb = canonical_key(key)
+                if key.__class__ is bytes and 0 < len(key) <= MAX_KEY_BYTES:  # type: ignore[arg-type]
+                    kb = key
+                else:
+                    kb = canonical_key(key)
                 decision = _decision(RoutingDecision, (hot[2], hot[3](kb), kb, hot[4], hot[0], hot[5], hot[6], UNSPLIT))
                 if self._memo_size and key.__class__ in _MEMOISED:
-                    # _remember's first-sighting case inline: most cold keys are one-off keys.
-                    seen = self._seen
-                    if (h := hash(key)) in seen or len(seen) >= self._memo_size:
-                        self._remember(memo, key, decision, None)
-                    else:
-                        seen[h] = None
+                    self._remember(memo, key, decision, None)
             else:
                 decision = self._resolve(key, ts_ms, None)
         elif not 0 <= ts_ms - decision[4] < self._width_ms:
@@ -374,11 +366,10 @@ class Router:
         else:
             # Bytes of an acceptable length are already canonical (RoutingProducer passes
             # canonical_key's result): one canonicalisation per event, not two.
-            if _fast_key is None or (kb := _fast_key(key)) is None:  # type: ignore[assignment]
-                if key.__class__ is bytes and 0 < len(key) <= MAX_KEY_BYTES:  # type: ignore[arg-type]
-                    kb = key  # type: ignore[assignment]
-                else:
-                    kb = canonical_key(key)
+            if key.__class__ is bytes and 0 < len(key) <= MAX_KEY_BYTES:  # type: ignore[arg-type]
+                kb = key  # type: ignore[assignment]
+            else:
+                kb = canonical_key(key)
             partition = compiled.place(kb)  # type: ignore[union-attr]
         width = self._width_ms
         index = ts_ms // width
